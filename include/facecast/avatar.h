@@ -1,0 +1,69 @@
+/* Avatars: the frames a session speaks over, each with its face box and mouth geometry.
+ *
+ * v0 builds an avatar from one photo (PNG/JPEG): the face is found with the Haar detector, the
+ * picture is framed to the output size (head-and-shoulders: a crop around the face with a margin,
+ * or the whole picture), and the mouth is located inside the face box (lip colour, teeth and
+ * shadow of an open smile), so the lip-sync backends know where the lips are and how far apart
+ * they rest. An avatar is immutable once built and may be shared by any number of sessions and
+ * threads. Each frame is kept as RGB (for compositing) and as I420 (copied straight into encoder
+ * frames, so unchanged pixels are never converted again). */
+#ifndef FACECAST_AVATAR_H
+#define FACECAST_AVATAR_H
+
+#include "facecast/image.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum fc_framing {
+  FC_FRAMING_AUTO = 0, /* head-and-shoulders when the face is small in the picture, else full */
+  FC_FRAMING_HEAD,     /* crop around the face with a margin, scaled to the output size */
+  FC_FRAMING_FULL,     /* the whole picture, scaled to cover the output size (centre crop) */
+} fc_framing;
+
+typedef struct fc_avatar_params {
+  int width, height;  /* output size, even; default 512×512 */
+  fc_framing framing; /* default FC_FRAMING_AUTO */
+} fc_avatar_params;
+
+/* Mouth geometry of one frame, in output pixels. */
+typedef struct fc_mouth_geom {
+  float cx, cy;    /* centre of the lips' meeting line (centre of the rest gap when open) */
+  float half_w;    /* half the width between the mouth corners */
+  float curve;     /* smile curvature: the lips meet at y = cy + curve·(dx/half_w)², so a smile
+                      (corners up) has curve < 0 */
+  float rest_gap;  /* height of the visible opening (teeth, dark) at rest; 0 when closed */
+  float face_h;    /* face height (box side), the scale for jaw and lip motion */
+} fc_mouth_geom;
+
+typedef struct fc_avatar fc_avatar;
+
+fc_avatar_params fc_avatar_params_default(void);
+
+/* Where the set-up puts the default avatar (the public-domain astronaut photograph of Debian's
+ * python3-skimage): $FACECAST_DATA_DIR/avatars/default.png, else the build's data dir, else
+ * the skimage file itself. */
+const char *fc_avatar_default_path(void);
+
+/* Builds an avatar from a photo. Errors: those of fc_image_load, FC_ENOFACE when no face is
+ * found, FC_EINVAL for a bad size; each with a detail. */
+fc_avatar *fc_avatar_create_from_image(const char *path, const fc_avatar_params *p, int *err);
+void fc_avatar_destroy(fc_avatar *av);
+
+int fc_avatar_width(const fc_avatar *av);
+int fc_avatar_height(const fc_avatar *av);
+int fc_avatar_frame_count(const fc_avatar *av);
+/* Frame i's pixels (i is taken modulo the frame count, ping-pong for several frames). */
+const fc_image *fc_avatar_frame(const fc_avatar *av, int i);
+/* Frame i as contiguous I420 (width*height*3/2 bytes). */
+const uint8_t *fc_avatar_frame_i420(const fc_avatar *av, int i);
+fc_rect fc_avatar_face(const fc_avatar *av, int i);
+const fc_mouth_geom *fc_avatar_mouth(const fc_avatar *av, int i);
+/* The face box found in the source picture, before framing. */
+fc_rect fc_avatar_source_face(const fc_avatar *av);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,24 @@
+/* Compositing: a lip-sync patch pasted into its avatar frame, output as I420 for the encoder.
+ *
+ * The avatar keeps every frame in I420 already, so composing copies that frame and converts only
+ * the patch rectangle (blended with its feathered mask over the frame's RGB) with libyuv. */
+#ifndef FACECAST_COMPOSE_H
+#define FACECAST_COMPOSE_H
+
+#include "facecast/lipsync.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Writes avatar frame `frame` with `patch` blended in (patch may be NULL: the plain frame) into
+ * dst (contiguous I420, width*height*3/2 bytes). scratch holds at least
+ * patch->place.w × place.h × 3 bytes. The patch rect must lie inside the frame with even x, y,
+ * w, h; otherwise FC_EINVAL and dst holds the plain frame. */
+int fc_compose_i420(const fc_avatar *av, int frame, const fc_patch *patch, uint8_t *dst,
+                    uint8_t *scratch);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,38 @@
+/* Mouth shapes per video frame, from phoneme timing (TTS) or from the audio itself.
+ *
+ * Both paths are causal: frame i's shape depends only on audio samples before 640·(i+1) and on
+ * phonemes that started before then, so the same tracker drives offline renders and live
+ * sessions. Shapes move smoothly (a per-frame first-order filter, faster when closing for
+ * p/b/m) and close in silence. */
+#ifndef FACECAST_VISEMES_H
+#define FACECAST_VISEMES_H
+
+#include "facecast/lipsync.h"
+#include "facecast/tts.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fc_viseme_tracker {
+  fc_mouth cur;      /* the smoothed shape of the last frame */
+  float peak_db;     /* slow peak follower of the frame level, for level-independent opening */
+  float lp;          /* one-pole low-pass state (spectral balance) */
+  float prev_sample; /* last sample of the previous frame (zero-crossing count across frames) */
+} fc_viseme_tracker;
+
+void fc_viseme_tracker_init(fc_viseme_tracker *t);
+
+/* The viseme target of one espeak phoneme mnemonic (unknown names get a neutral vowel). */
+fc_mouth fc_viseme_of_phoneme(const char *name);
+
+/* Advances one video frame. pcm holds the frame's FC_SAMPLES_PER_FRAME samples. When phonemes
+ * are given (TTS), the shape follows them (gated by the audio level); otherwise it comes from the
+ * audio's level and spectral balance. frame_start is the frame's first sample on the clock. */
+fc_mouth fc_viseme_tracker_push(fc_viseme_tracker *t, const float *pcm, int64_t frame_start,
+                                const fc_phoneme *ph, size_t n_ph);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

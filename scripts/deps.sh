@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what facecast needs on Debian 12, idempotently: only missing packages are installed,
+# and apt-get update runs only when something is missing. Then puts the default avatar in place
+# (the public-domain astronaut photograph from python3-skimage; never committed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pkgs=(
+  build-essential cmake pkg-config
+  libglib2.0-dev libsoxr-dev libespeak-ng-dev espeak-ng-data libyuv-dev libpng-dev libjpeg-dev
+  libfftw3-dev opencv-data
+  libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev gstreamer1.0-plugins-base
+  gstreamer1.0-plugins-good gstreamer1.0-plugins-ugly gstreamer1.0-libav
+  python3-skimage python3-numpy python3-scipy ffmpeg
+)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "deps: installing ${missing[*]}"
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+astro=/usr/lib/python3/dist-packages/skimage/data/astronaut.png
+mkdir -p data/avatars
+[ -f data/avatars/default.png ] || cp "$astro" data/avatars/default.png

@@ -1,0 +1,312 @@
+/* Avatar v0: one photo → framed frame(s) with face box and mouth geometry (see avatar.h).
+ *
+ * Mouth location without landmarks: the lips sit in the lower third of a Haar face box. Inside a
+ * search window there we classify pixels against the face's own skin colour: "open" pixels
+ * (teeth: brighter than skin and nearly grey; mouth interior: much darker than skin) and "lip"
+ * pixels (redder than skin). Rows whose centre is mostly open form the rest gap (a smiling photo
+ * shows teeth); otherwise the darkest row of the window is the line where the lips meet. The
+ * corners are where lip and open pixels end along that line. Anything the heuristics cannot
+ * decide falls back to average face proportions, so every face gets a usable geometry.
+ */
+#include "facecast/avatar.h"
+#include "facecast/error.h"
+#include "facecast/haar.h"
+
+#include <libyuv.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct fc_avatar {
+  int w, h, n_frames;
+  fc_image *frames;
+  uint8_t **i420;
+  fc_rect *faces;
+  fc_mouth_geom *mouths;
+  fc_rect source_face;
+};
+
+fc_avatar_params fc_avatar_params_default(void) {
+  return (fc_avatar_params){.width = 512, .height = 512, .framing = FC_FRAMING_AUTO};
+}
+
+const char *fc_avatar_default_path(void) {
+  static _Thread_local char path[4096];
+  const char *dir = getenv("FACECAST_DATA_DIR");
+  if (dir && *dir) {
+    snprintf(path, sizeof path, "%s/avatars/default.png", dir);
+    if (access(path, R_OK) == 0) return path;
+  }
+#ifdef FC_DEFAULT_DATA_DIR
+  snprintf(path, sizeof path, "%s/avatars/default.png", FC_DEFAULT_DATA_DIR);
+  if (access(path, R_OK) == 0) return path;
+#endif
+  return "/usr/lib/python3/dist-packages/skimage/data/astronaut.png";
+}
+
+static int ping_pong(int i, int n) {
+  if (n <= 1) return 0;
+  int period = 2 * (n - 1);
+  int k = i % period;
+  if (k < 0) k += period;
+  return k < n ? k : period - k;
+}
+
+static float luma(const uint8_t *p) { return 0.299f * p[0] + 0.587f * p[1] + 0.114f * p[2]; }
+static float redness(const uint8_t *p) { return p[0] - 0.5f * (p[1] + p[2]); }
+static float sat(const uint8_t *p) {
+  int mx = p[0] > p[1] ? p[0] : p[1], mn = p[0] < p[1] ? p[0] : p[1];
+  mx = mx > p[2] ? mx : p[2];
+  mn = mn < p[2] ? mn : p[2];
+  return mx ? (float)(mx - mn) / mx : 0;
+}
+
+typedef struct skin {
+  float y, sat, red;
+} skin;
+
+/* Teeth: as bright as skin but much greyer; the mouth's interior: much darker than skin. */
+static int is_open(const uint8_t *p, skin s) {
+  float l = luma(p);
+  return (l > s.y * 0.95f && sat(p) < s.sat * 0.75f) || l < s.y * 0.5f;
+}
+static int is_lip(const uint8_t *p, skin s) { return redness(p) > s.red + 8.0f; }
+
+static const uint8_t *px(const fc_image *im, int x, int y) {
+  x = x < 0 ? 0 : x >= im->w ? im->w - 1 : x;
+  y = y < 0 ? 0 : y >= im->h ? im->h - 1 : y;
+  return im->rgb + (size_t)y * im->stride + 3 * x;
+}
+
+/* The longest run of open pixels in column x between rows y0 and y1; 0 when none. */
+static int open_run(const fc_image *im, skin sk, int x, int y0, int y1, float *mid) {
+  int best = 0, run = 0;
+  for (int y = y0; y <= y1 + 1; y++) {
+    if (y <= y1 && is_open(px(im, x, y), sk)) {
+      run++;
+    } else {
+      if (run > best) {
+        best = run;
+        *mid = y - run / 2.0f;
+      }
+      run = 0;
+    }
+  }
+  return best;
+}
+
+static void locate_mouth(const fc_image *im, fc_rect f, fc_mouth_geom *m) {
+  float s = (float)f.w;
+  skin sk = {0, 0, 0};
+  int cnt = 0;
+  for (int y = f.y + (int)(0.45f * s); y < f.y + (int)(0.6f * s); y++)
+    for (int x = f.x + (int)(0.25f * s); x < f.x + (int)(0.75f * s); x++, cnt++) {
+      const uint8_t *p = px(im, x, y);
+      sk.y += luma(p);
+      sk.sat += sat(p);
+      sk.red += redness(p);
+    }
+  if (cnt) sk.y /= cnt, sk.sat /= cnt, sk.red /= cnt;
+
+  m->cx = f.x + 0.5f * s;
+  m->cy = f.y + 0.8f * s;
+  m->half_w = 0.2f * s;
+  m->curve = 0;
+  m->rest_gap = 0;
+  m->face_h = s;
+
+  /* The rest opening column by column: where a run of open pixels crosses the mouth window.
+   * A least-squares fit of mid(x) = cy + b·dx² gives the line and its smile curvature. */
+  int y0 = f.y + (int)(0.64f * s), y1 = f.y + (int)(0.98f * s);
+  double S0 = 0, S1 = 0, S2 = 0, T0 = 0, T1 = 0;
+  float centre_gap = 0;
+  int ncol = 0, reach = (int)(0.22f * s);
+  for (int dx = -reach; dx <= reach; dx++) {
+    float mid = 0;
+    int run = open_run(im, sk, (int)m->cx + dx, y0, y1, &mid);
+    if (run < 2 || run > 0.2f * s) continue;
+    double q = (double)dx * dx;
+    S0 += 1, S1 += q, S2 += q * q, T0 += mid, T1 += mid * q;
+    if (abs(dx) <= 3) centre_gap = centre_gap > run ? centre_gap : run;
+    ncol++;
+  }
+  if (ncol >= 0.3f * reach && centre_gap >= 2) {
+    double det = S0 * S2 - S1 * S1;
+    double a = det > 1e-9 ? (T0 * S2 - T1 * S1) / det : T0 / S0;
+    double b = det > 1e-9 ? (S0 * T1 - S1 * T0) / det : 0;
+    m->cy = (float)a;
+    m->rest_gap = centre_gap;
+    m->curve = (float)b; /* per px², scaled to half_w below */
+  } else {
+    /* Closed lips: the darkest row near the expected line is where they meet. */
+    float darkest = 1e9f;
+    int xa = (int)(m->cx - 0.1f * s), xb = (int)(m->cx + 0.1f * s);
+    for (int y = f.y + (int)(0.7f * s); y < f.y + (int)(0.92f * s); y++) {
+      float l = 0;
+      for (int x = xa; x < xb; x++) l += luma(px(im, x, y));
+      l /= (float)(xb - xa);
+      if (l < darkest) {
+        darkest = l;
+        if (l < sk.y * 0.85f) m->cy = y + 0.5f;
+      }
+    }
+  }
+
+  /* Corners: walk out along the (curved) line while pixels are lip or open. */
+  float ext[2];
+  for (int side = 0; side < 2; side++) {
+    int d = 0;
+    for (; d < 0.32f * s; d++) {
+      float dx = side ? (float)d : -(float)d;
+      int y = (int)(m->cy + m->curve * dx * dx);
+      const uint8_t *p = px(im, (int)(m->cx + dx), y);
+      if (!is_lip(p, sk) && !is_open(p, sk)) break;
+    }
+    ext[side] = (float)d;
+  }
+  float hw = 0.5f * (ext[0] + ext[1]);
+  if (hw > 0.13f * s && hw < 0.31f * s) m->half_w = hw;
+  m->curve *= m->half_w * m->half_w;
+  /* A fit thrown by stray pixels would bend the mouth absurdly: keep it plausible. */
+  if (m->curve < -0.06f * s) m->curve = -0.06f * s;
+  if (m->curve > 0.03f * s) m->curve = 0.03f * s;
+}
+
+/* The crop of the source picture that becomes the output frame. */
+static fc_rect frame_crop(const fc_image *src, fc_rect face, const fc_avatar_params *p) {
+  double aspect = (double)p->width / p->height;
+  fc_framing fr = p->framing;
+  if (fr == FC_FRAMING_AUTO) {
+    int side = src->w < src->h ? src->w : src->h;
+    fr = face.w * 3.2 < side ? FC_FRAMING_HEAD : FC_FRAMING_FULL;
+  }
+  fc_rect c;
+  if (fr == FC_FRAMING_HEAD) {
+    /* The face takes ~36 % of the frame width, its centre 42 % down: room for hair above and
+     * shoulders below, lips large enough to read. */
+    double cw = face.w * 2.8, ch = cw / aspect;
+    if (ch < face.h * 2.8) {
+      ch = face.h * 2.8;
+      cw = ch * aspect;
+    }
+    double cx = face.x + face.w / 2.0, cy = face.y + face.h / 2.0;
+    c = (fc_rect){(int)lround(cx - cw / 2), (int)lround(cy - 0.42 * ch), (int)lround(cw),
+                  (int)lround(ch)};
+  } else {
+    /* Cover: the largest centred region of the output's aspect. */
+    int cw = src->w, ch = (int)lround(src->w / aspect);
+    if (ch > src->h) {
+      ch = src->h;
+      cw = (int)lround(src->h * aspect);
+    }
+    c = (fc_rect){(src->w - cw) / 2, (src->h - ch) / 2, cw, ch};
+  }
+  /* Slide the crop inside the picture where it fits, so the frame shows no repeated edges. */
+  if (c.w <= src->w) c.x = c.x < 0 ? 0 : c.x + c.w > src->w ? src->w - c.w : c.x;
+  if (c.h <= src->h) c.y = c.y < 0 ? 0 : c.y + c.h > src->h ? src->h - c.h : c.y;
+  return c;
+}
+
+void fc_avatar_destroy(fc_avatar *av) {
+  if (!av) return;
+  for (int i = 0; av->frames && i < av->n_frames; i++) fc_image_free(&av->frames[i]);
+  for (int i = 0; av->i420 && i < av->n_frames; i++) free(av->i420[i]);
+  free(av->frames);
+  free(av->i420);
+  free(av->faces);
+  free(av->mouths);
+  free(av);
+}
+
+fc_avatar *fc_avatar_create_from_image(const char *path, const fc_avatar_params *p, int *err) {
+  fc_avatar_params def = fc_avatar_params_default();
+  if (!p) p = &def;
+  fc_image src = {0};
+  fc_haar *haar = NULL;
+  fc_avatar *av = NULL;
+  uint8_t *gray = NULL;
+  int e = FC_OK;
+
+  if (p->width < 64 || p->height < 64 || p->width > 4096 || p->height > 4096 || p->width % 2 ||
+      p->height % 2) {
+    e = fc_error_set(FC_EINVAL, "output size %dx%d: must be even, 64..4096", p->width, p->height);
+    goto fail;
+  }
+  if ((e = fc_image_load(path, &src))) goto fail;
+  if (!(haar = fc_haar_load(fc_haar_default_cascade(), &e))) goto fail;
+  if (!(gray = malloc((size_t)src.w * src.h))) {
+    e = fc_error_set(FC_ENOMEM, "out of memory");
+    goto fail;
+  }
+  fc_image_to_gray(&src, gray, src.w);
+  fc_haar_params hp = fc_haar_params_default();
+  hp.min_size = 24;
+  fc_rect face;
+  int nf = fc_haar_detect(haar, gray, src.w, src.h, src.w, &hp, &face, 1);
+  if (nf < 0) {
+    e = nf;
+    goto fail;
+  }
+  if (nf == 0) {
+    e = fc_error_set(FC_ENOFACE, "%s: no face found (use a frontal photo, face at least 24 px)",
+                     path);
+    goto fail;
+  }
+
+  if (!(av = calloc(1, sizeof *av))) goto oom;
+  av->w = p->width;
+  av->h = p->height;
+  av->n_frames = 1;
+  av->source_face = face;
+  av->frames = calloc(1, sizeof *av->frames);
+  av->i420 = calloc(1, sizeof *av->i420);
+  av->faces = calloc(1, sizeof *av->faces);
+  av->mouths = calloc(1, sizeof *av->mouths);
+  if (!av->frames || !av->i420 || !av->faces || !av->mouths) goto oom;
+
+  fc_rect crop = frame_crop(&src, face, p);
+  if ((e = fc_image_alloc(&av->frames[0], av->w, av->h))) goto fail;
+  fc_image_resize_region(&src, crop, &av->frames[0]);
+  double sx = (double)av->w / crop.w, sy = (double)av->h / crop.h;
+  av->faces[0] = (fc_rect){(int)lround((face.x - crop.x) * sx), (int)lround((face.y - crop.y) * sy),
+                           (int)lround(face.w * sx), (int)lround(face.h * sy)};
+  locate_mouth(&av->frames[0], av->faces[0], &av->mouths[0]);
+
+  size_t ysz = (size_t)av->w * av->h;
+  if (!(av->i420[0] = malloc(ysz * 3 / 2))) goto oom;
+  uint8_t *y = av->i420[0], *u = y + ysz, *v = u + ysz / 4;
+  RAWToI420(av->frames[0].rgb, av->frames[0].stride, y, av->w, u, av->w / 2, v, av->w / 2, av->w,
+            av->h);
+
+  free(gray);
+  fc_haar_destroy(haar);
+  fc_image_free(&src);
+  *err = FC_OK;
+  return av;
+oom:
+  e = fc_error_set(FC_ENOMEM, "out of memory");
+fail:
+  free(gray);
+  fc_haar_destroy(haar);
+  fc_image_free(&src);
+  fc_avatar_destroy(av);
+  *err = e;
+  return NULL;
+}
+
+int fc_avatar_width(const fc_avatar *av) { return av->w; }
+int fc_avatar_height(const fc_avatar *av) { return av->h; }
+int fc_avatar_frame_count(const fc_avatar *av) { return av->n_frames; }
+const fc_image *fc_avatar_frame(const fc_avatar *av, int i) {
+  return &av->frames[ping_pong(i, av->n_frames)];
+}
+const uint8_t *fc_avatar_frame_i420(const fc_avatar *av, int i) {
+  return av->i420[ping_pong(i, av->n_frames)];
+}
+fc_rect fc_avatar_face(const fc_avatar *av, int i) { return av->faces[ping_pong(i, av->n_frames)]; }
+const fc_mouth_geom *fc_avatar_mouth(const fc_avatar *av, int i) {
+  return &av->mouths[ping_pong(i, av->n_frames)];
+}
+fc_rect fc_avatar_source_face(const fc_avatar *av) { return av->source_face; }

@@ -1,0 +1,151 @@
+/* facecast bench: speed measurements recorded in docs/BENCHMARKS.md.
+ *
+ * bench render: speaks a paragraph (espeak-ng) repeated to --seconds of audio over the avatar,
+ * first producing the frames alone (lip-sync + compositing: the engine's own cost), then a full
+ * render to MP4 (adding x264 + AAC + mux), and prints both as frames/s and × real time. */
+#include "cli/cli.h"
+#include "facecast/error.h"
+#include "facecast/render.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *paragraph =
+    "Good morning, and welcome to the evening news. Today we look at how a machine can speak "
+    "with a human face, in real time, on an ordinary computer. The words you hear are "
+    "synthesised, and the lips you see follow every sound.";
+
+static void bench_usage(FILE *f) {
+  fputs("usage: facecast bench render [--seconds S] [--size N|WxH] [--avatar IMG]\n"
+        "                             [--preset P] [--json]\n",
+        f);
+}
+
+static int make_stream(const fc_speech *sp, double seconds, const fc_avatar *av, fc_lipsync *ls,
+                       fc_stream **out) {
+  int err;
+  fc_stream_params p = {.avatar = av, .lipsync = ls};
+  fc_stream *st = fc_stream_create(&p, &err);
+  if (!st) return err;
+  size_t want = (size_t)(seconds * FC_SAMPLE_RATE), have = 0;
+  while (have < want) {
+    if ((err = fc_stream_push_speech(st, sp->audio.samples, sp->audio.n, sp->ph, sp->n_ph))) {
+      fc_stream_destroy(st);
+      return err;
+    }
+    have += sp->audio.n;
+  }
+  fc_stream_end(st);
+  *out = st;
+  return FC_OK;
+}
+
+static int bench_render(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"seconds", required_argument, 0, 'S'}, {"size", required_argument, 0, 's'},
+      {"avatar", required_argument, 0, 'a'},  {"preset", required_argument, 0, 'p'},
+      {"json", no_argument, 0, 'j'},          {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  double seconds = 30;
+  int w = 512, h = 512, json = 0, c, err;
+  const char *avatar = NULL, *preset = NULL;
+  optind = 1;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+    case 'S':
+      seconds = strtod(optarg, NULL);
+      if (!(seconds >= 1 && seconds <= 3600)) {
+        fprintf(stderr, "facecast: error: --seconds '%s': expected 1..3600\n", optarg);
+        return FC_EXIT_INPUT;
+      }
+      break;
+    case 's':
+      if ((err = fc_cli_parse_size(optarg, &w, &h))) return fc_cli_fail(err);
+      break;
+    case 'a': avatar = optarg; break;
+    case 'p': preset = optarg; break;
+    case 'j': json = 1; break;
+    case 'h': bench_usage(stdout); return FC_EXIT_OK;
+    default: bench_usage(stderr); return FC_EXIT_INPUT;
+    }
+  }
+  fc_speech sp = {0};
+  fc_avatar *av = NULL;
+  fc_lipsync *ls = NULL;
+  fc_stream *st = NULL;
+  char dir[] = "/tmp/facecast-bench-XXXXXX", path[64] = "";
+  int code = FC_EXIT_OK;
+  if ((err = fc_tts_speak(paragraph, NULL, &sp))) goto fail;
+  if (!(av = fc_cli_load_avatar(avatar, w, h, NULL, &err))) goto fail;
+  fc_lipsync_params lp = {0};
+  if (!(ls = fc_lipsync_create(&lp, &err))) goto fail;
+
+  /* 1. Frames alone. */
+  if ((err = make_stream(&sp, seconds, av, ls, &st))) goto fail;
+  int64_t frames = fc_stream_frames_total(st);
+  double t0 = fc_cli_now();
+  for (;;) {
+    int64_t idx;
+    const uint8_t *img;
+    const int16_t *pcm;
+    err = fc_stream_next_frame(st, &idx, &img, &pcm);
+    if (err == FC_EEOF) break;
+    if (err) goto fail;
+  }
+  double t_frames = fc_cli_now() - t0;
+  fc_stream_destroy(st);
+  st = NULL;
+
+  /* 2. Full render to MP4. */
+  if (!mkdtemp(dir)) {
+    err = fc_error_set(FC_EIO, "cannot create a temporary directory");
+    goto fail;
+  }
+  snprintf(path, sizeof path, "%s/bench.mp4", dir);
+  if ((err = make_stream(&sp, seconds, av, ls, &st))) goto fail;
+  fc_mp4_params mp = fc_mp4_params_default(w, h);
+  if (preset) mp.preset = preset;
+  t0 = fc_cli_now();
+  if ((err = fc_render_to_mp4(st, path, &mp, NULL, NULL))) goto fail;
+  double t_render = fc_cli_now() - t0;
+  double audio_s = frames / 25.0;
+  const char *pr = preset ? preset : "veryfast";
+  if (json)
+    printf("{\"bench\":\"render\",\"width\":%d,\"height\":%d,\"model\":\"%s\",\"preset\":\"%s\","
+           "\"frames\":%lld,\"audio_s\":%.2f,\"frames_only_fps\":%.1f,\"render_s\":%.3f,"
+           "\"render_fps\":%.1f,\"realtime_x\":%.2f}\n",
+           w, h, fc_lipsync_name(ls), pr, (long long)frames, audio_s, frames / t_frames,
+           t_render, frames / t_render, audio_s / t_render);
+  else
+    printf("bench render: %dx%d, model %s, x264 %s, %lld frames (%.1f s of speech)\n"
+           "  lip-sync + compositing only: %8.1f frames/s  (%.1fx real time)\n"
+           "  full render to MP4:          %8.1f frames/s  (%.1fx real time, %.2f s)\n",
+           w, h, fc_lipsync_name(ls), pr, (long long)frames, audio_s, frames / t_frames,
+           audio_s / t_frames, frames / t_render, audio_s / t_render, t_render);
+  goto done;
+fail:
+  code = fc_cli_fail(err);
+done:
+  if (path[0]) remove(path);
+  if (path[0]) rmdir(dir);
+  fc_stream_destroy(st);
+  fc_lipsync_destroy(ls);
+  fc_avatar_destroy(av);
+  fc_speech_free(&sp);
+  return code;
+}
+
+int fc_cmd_bench(int argc, char **argv) {
+  if (argc >= 2 && strcmp(argv[1], "render") == 0) return bench_render(argc - 1, argv + 1);
+  if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+    bench_usage(stdout);
+    return FC_EXIT_OK;
+  }
+  fprintf(stderr, "facecast: error: bench: expected a benchmark name (render)\n");
+  bench_usage(stderr);
+  return FC_EXIT_INPUT;
+}

@@ -1,0 +1,27 @@
+/* The facecast command line: one file per subcommand, this header between them. */
+#ifndef FC_CLI_H
+#define FC_CLI_H
+
+#include "facecast/avatar.h"
+#include "facecast/lipsync.h"
+#include "facecast/tts.h"
+
+/* Exit codes: bad input or usage (the user can fix it) vs. a failure inside facecast. */
+enum { FC_EXIT_OK = 0, FC_EXIT_FAIL = 1, FC_EXIT_INPUT = 2 };
+
+int fc_cmd_render(int argc, char **argv);
+int fc_cmd_bench(int argc, char **argv);
+
+/* Prints "facecast: error: <detail>" for err and returns the exit code it maps to. */
+int fc_cli_fail(int err);
+
+/* Parses "512" or "640x360" into an even size. */
+int fc_cli_parse_size(const char *s, int *w, int *h);
+
+/* Loads the avatar (path NULL: the default avatar) at the given size and framing. */
+fc_avatar *fc_cli_load_avatar(const char *path, int w, int h, const char *framing, int *err);
+
+/* Monotonic seconds. */
+double fc_cli_now(void);
+
+#endif

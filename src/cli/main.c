@@ -1,0 +1,93 @@
+/* facecast: entry point and the helpers shared by subcommands. */
+#include "cli/cli.h"
+#include "facecast/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void usage(FILE *f) {
+  fputs("usage: facecast <command> [options]\n"
+        "\n"
+        "commands:\n"
+        "  render   speech (text or WAV) + portrait -> lip-synced MP4\n"
+        "  bench    measure speed (bench render)\n"
+        "\n"
+        "Run 'facecast <command> --help' for the options of a command.\n",
+        f);
+}
+
+int fc_cli_fail(int err) {
+  fprintf(stderr, "facecast: error: %s\n", fc_error_detail(err));
+  switch (err) {
+  case FC_EINVAL: case FC_EFORMAT: case FC_EUNSUPPORTED: case FC_ENOTFOUND: case FC_ENOFACE:
+  case FC_EIO:
+    return FC_EXIT_INPUT;
+  default:
+    return FC_EXIT_FAIL;
+  }
+}
+
+int fc_cli_parse_size(const char *s, int *w, int *h) {
+  char *end;
+  long a = strtol(s, &end, 10), b = a;
+  if (end == s) goto bad;
+  if (*end == 'x' || *end == 'X') {
+    const char *t = end + 1;
+    b = strtol(t, &end, 10);
+    if (end == t) goto bad;
+  }
+  if (*end || a < 64 || b < 64 || a > 4096 || b > 4096 || a % 2 || b % 2) goto bad;
+  *w = (int)a;
+  *h = (int)b;
+  return FC_OK;
+bad:
+  return fc_error_set(FC_EINVAL, "--size '%s': expected N or WxH, even, 64..4096", s);
+}
+
+fc_avatar *fc_cli_load_avatar(const char *path, int w, int h, const char *framing, int *err) {
+  fc_avatar_params p = fc_avatar_params_default();
+  p.width = w;
+  p.height = h;
+  if (!framing || strcmp(framing, "auto") == 0) p.framing = FC_FRAMING_AUTO;
+  else if (strcmp(framing, "head") == 0) p.framing = FC_FRAMING_HEAD;
+  else if (strcmp(framing, "full") == 0) p.framing = FC_FRAMING_FULL;
+  else {
+    *err = fc_error_set(FC_EINVAL, "--framing '%s': expected auto, head or full", framing);
+    return NULL;
+  }
+  /* The default avatar is a small face in a large photo: always frame head and shoulders. */
+  if (!path) {
+    path = fc_avatar_default_path();
+    if (!framing) p.framing = FC_FRAMING_HEAD;
+  }
+  return fc_avatar_create_from_image(path, &p, err);
+}
+
+double fc_cli_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return FC_EXIT_INPUT;
+  }
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "render") == 0) return fc_cmd_render(argc - 1, argv + 1);
+  if (strcmp(cmd, "bench") == 0) return fc_cmd_bench(argc - 1, argv + 1);
+  if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+    usage(stdout);
+    return FC_EXIT_OK;
+  }
+  if (strcmp(cmd, "--version") == 0) {
+    puts("facecast 0.1.0");
+    return FC_EXIT_OK;
+  }
+  fprintf(stderr, "facecast: error: unknown command '%s'\n", cmd);
+  usage(stderr);
+  return FC_EXIT_INPUT;
+}

@@ -1,0 +1,14 @@
+/* Small file helpers shared by the readers (WAV, images, cascades, checkpoints). */
+#ifndef FC_CORE_FILE_H
+#define FC_CORE_FILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Reads a whole regular file into a malloc'd buffer (NUL-terminated one byte past *size, so text
+ * parsers may treat it as a string). Files larger than max_size bytes are refused (FC_EINVAL),
+ * so a stray multi-gigabyte input cannot exhaust memory. Errors: FC_ENOTFOUND, FC_EIO (not a
+ * regular file, read error), FC_ENOMEM; each sets a detail naming the path. */
+int fc_file_read(const char *path, size_t max_size, uint8_t **data, size_t *size);
+
+#endif

@@ -1,0 +1,132 @@
+/* espeak-ng synthesis (see include/facecast/tts.h).
+ *
+ * espeak runs in synchronous mode: espeak_Synth() calls our callback with blocks of 22050 Hz PCM
+ * and the events of each block, and returns when the utterance is done. We collect the PCM and
+ * the PHONEME events (their audio_position is milliseconds from the utterance start), then
+ * resample to 16 kHz with libsoxr and express each phoneme start in 16 kHz samples. One global
+ * mutex covers espeak, because it is one global engine.
+ */
+#include "facecast/error.h"
+#include "facecast/tts.h"
+
+#include <ctype.h>
+#include <espeak-ng/speak_lib.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pthread_mutex_t espeak_lock = PTHREAD_MUTEX_INITIALIZER;
+static int espeak_rate; /* espeak's output rate once initialised, 0 before, -1 if it failed */
+
+typedef struct collect {
+  int16_t *pcm;
+  size_t n, cap;
+  fc_phoneme *ph;
+  size_t n_ph, cap_ph;
+  int oom;
+} collect;
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return 0;
+  size_t c = *cap ? *cap : 1024;
+  while (c < need) c *= 2;
+  void *q = realloc(*p, c * elem);
+  if (!q) return -1;
+  *p = q;
+  *cap = c;
+  return 0;
+}
+
+static int on_synth(short *wav, int n, espeak_EVENT *ev) {
+  collect *c = ev ? ev->user_data : NULL;
+  if (!c) return 0;
+  if (wav && n > 0 && !c->oom) {
+    if (grow((void **)&c->pcm, &c->cap, c->n + (size_t)n, sizeof(int16_t))) c->oom = 1;
+    else {
+      memcpy(c->pcm + c->n, wav, (size_t)n * sizeof(int16_t));
+      c->n += (size_t)n;
+    }
+  }
+  for (; ev && ev->type != espeakEVENT_LIST_TERMINATED; ev++) {
+    if (ev->type != espeakEVENT_PHONEME || c->oom) continue;
+    if (grow((void **)&c->ph, &c->cap_ph, c->n_ph + 1, sizeof(fc_phoneme))) {
+      c->oom = 1;
+      continue;
+    }
+    fc_phoneme *p = &c->ph[c->n_ph++];
+    p->sample = (int64_t)ev->audio_position * (FC_SAMPLE_RATE / 1000);
+    memcpy(p->name, ev->id.string, 8);
+    p->name[8] = 0;
+  }
+  return 0;
+}
+
+void fc_speech_free(fc_speech *s) {
+  if (!s) return;
+  fc_audio_free(&s->audio);
+  free(s->ph);
+  s->ph = NULL;
+  s->n_ph = 0;
+}
+
+int fc_tts_speak(const char *text, const fc_tts_params *p, fc_speech *out) {
+  memset(out, 0, sizeof *out);
+  const char *t = text;
+  while (t && *t && isspace((unsigned char)*t)) t++;
+  if (!t || !*t) return fc_error_set(FC_EINVAL, "empty text");
+  const char *voice = p && p->voice ? p->voice : "en";
+
+  int err = FC_OK;
+  collect c = {0};
+  pthread_mutex_lock(&espeak_lock);
+  if (espeak_rate == 0) {
+    espeak_rate = espeak_Initialize(AUDIO_OUTPUT_SYNCHRONOUS, 0, NULL,
+                                    espeakINITIALIZE_PHONEME_EVENTS | 0x8000 /* don't exit */);
+    if (espeak_rate <= 0) espeak_rate = -1;
+    else espeak_SetSynthCallback(on_synth);
+  }
+  if (espeak_rate < 0) {
+    err = fc_error_set(FC_ETTS, "espeak-ng could not start (is espeak-ng-data installed?)");
+    goto unlock;
+  }
+  if (espeak_SetVoiceByName(voice) != EE_OK) {
+    err = fc_error_set(FC_EINVAL, "unknown voice '%s' (try en, en-us, de, fr, es …)", voice);
+    goto unlock;
+  }
+  espeak_SetParameter(espeakRATE, p && p->rate_wpm > 0 ? p->rate_wpm : 175, 0);
+  if (espeak_Synth(text, strlen(text) + 1, 0, POS_CHARACTER, 0, espeakCHARS_UTF8, NULL, &c) !=
+          EE_OK ||
+      espeak_Synchronize() != EE_OK) {
+    err = fc_error_set(FC_ETTS, "espeak-ng failed to synthesise the text");
+    goto unlock;
+  }
+unlock:
+  pthread_mutex_unlock(&espeak_lock);
+  if (err) goto fail;
+  if (c.oom) {
+    err = fc_error_set(FC_ENOMEM, "speech synthesis: out of memory");
+    goto fail;
+  }
+  if (c.n == 0) {
+    err = fc_error_set(FC_EINVAL, "the text produced no speech");
+    goto fail;
+  }
+  fc_audio raw = {malloc(c.n * sizeof(float)), c.n, espeak_rate};
+  if (!raw.samples) {
+    err = fc_error_set(FC_ENOMEM, "speech synthesis: out of memory");
+    goto fail;
+  }
+  for (size_t i = 0; i < c.n; i++) raw.samples[i] = c.pcm[i] / 32768.0f;
+  err = fc_resample(&raw, FC_SAMPLE_RATE, &out->audio);
+  fc_audio_free(&raw);
+  if (err) goto fail;
+  free(c.pcm);
+  out->ph = c.ph;
+  out->n_ph = c.n_ph;
+  return FC_OK;
+fail:
+  free(c.pcm);
+  free(c.ph);
+  memset(out, 0, sizeof *out);
+  return err;
+}

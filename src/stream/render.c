@@ -1,0 +1,57 @@
+/* Offline render loop: stream frames → MP4 writer (see render.h).
+ * The file is written as <path>.part and renamed into place only when complete. The writer stamps every buffer
+ * from the frame index and the sample count, so the file's audio and video share one clock. */
+#include "facecast/audio.h"
+#include "facecast/error.h"
+#include "facecast/render.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int fc_render_to_mp4(fc_stream *s, const char *path, const fc_mp4_params *mp4,
+                     fc_render_progress_cb progress, void *user) {
+  /* Write next to the target and rename at the end: a failed render leaves no partial file and
+   * does not clobber an earlier good one. */
+  size_t len = strlen(path);
+  char *tmp = malloc(len + 6);
+  if (!tmp) return fc_error_set(FC_ENOMEM, "out of memory");
+  memcpy(tmp, path, len);
+  memcpy(tmp + len, ".part", 6);
+  int err = FC_OK;
+  fc_mp4_writer *w = fc_mp4_writer_create(tmp, mp4, &err);
+  if (!w) {
+    if (err == FC_EIO) err = fc_error_set(FC_EIO, "%s: cannot write the output file", path);
+    free(tmp);
+    return err;
+  }
+  int64_t total = fc_stream_frames_total(s);
+  for (;;) {
+    int64_t idx;
+    const uint8_t *img;
+    const int16_t *pcm;
+    err = fc_stream_next_frame(s, &idx, &img, &pcm);
+    if (err == FC_EEOF) {
+      err = FC_OK;
+      break;
+    }
+    if (err == FC_EAGAIN) {
+      err = fc_error_set(FC_EINVAL, "render: the stream's input has not ended");
+      break;
+    }
+    if (err) break;
+    if ((err = fc_mp4_writer_push_video(w, img, idx)) ||
+        (err = fc_mp4_writer_push_audio(w, pcm, FC_SAMPLES_PER_FRAME,
+                                        idx * FC_SAMPLES_PER_FRAME)))
+      break;
+    if (progress) progress(user, idx + 1, total);
+  }
+  if (!err) err = fc_mp4_writer_finish(w);
+  fc_mp4_writer_destroy(w); /* removes the file unless finish succeeded */
+  if (!err && rename(tmp, path) != 0) {
+    remove(tmp);
+    err = fc_error_set(FC_EIO, "%s: cannot write the output file", path);
+  }
+  free(tmp);
+  return err;
+}

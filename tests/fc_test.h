@@ -1,0 +1,62 @@
+/* A minimal test harness: each tests/test_*.c is one executable (one CTest entry) whose main()
+ * calls FC_RUN(test_fn) for each case. A failed check prints file:line and both values and marks
+ * the case failed; the executable exits non-zero if any case failed. */
+#ifndef FC_TEST_H
+#define FC_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int fc_test_failed_ = 0;
+static int fc_test_case_failed_ = 0;
+
+#define FC_CHECK(cond)                                                                         \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
+      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);                 \
+      fc_test_case_failed_ = 1;                                                                \
+    }                                                                                          \
+  } while (0)
+
+#define FC_CHECK_INT(a, op, b)                                                                 \
+  do {                                                                                         \
+    long long a_ = (long long)(a), b_ = (long long)(b);                                        \
+    if (!(a_ op b_)) {                                                                         \
+      fprintf(stderr, "%s:%d: check failed: %s %s %s (%lld vs %lld)\n", __FILE__, __LINE__,   \
+              #a, #op, #b, a_, b_);                                                            \
+      fc_test_case_failed_ = 1;                                                                \
+    }                                                                                          \
+  } while (0)
+
+#define FC_CHECK_NEAR(a, b, tol)                                                               \
+  do {                                                                                         \
+    double a_ = (double)(a), b_ = (double)(b);                                                 \
+    if (!(fabs(a_ - b_) <= (tol))) {                                                           \
+      fprintf(stderr, "%s:%d: check failed: |%s - %s| <= %g (%.6g vs %.6g)\n", __FILE__,       \
+              __LINE__, #a, #b, (double)(tol), a_, b_);                                        \
+      fc_test_case_failed_ = 1;                                                                \
+    }                                                                                          \
+  } while (0)
+
+/* Stops the current case (after a failed check that later code depends on). */
+#define FC_REQUIRE(cond)                                                                       \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
+      fprintf(stderr, "%s:%d: required: %s\n", __FILE__, __LINE__, #cond);                     \
+      fc_test_case_failed_ = 1;                                                                \
+      return;                                                                                  \
+    }                                                                                          \
+  } while (0)
+
+#define FC_RUN(fn)                                                                             \
+  do {                                                                                         \
+    fc_test_case_failed_ = 0;                                                                  \
+    fn();                                                                                      \
+    fprintf(stderr, "%s %s\n", fc_test_case_failed_ ? "FAIL" : "ok  ", #fn);                   \
+    fc_test_failed_ |= fc_test_case_failed_;                                                   \
+  } while (0)
+
+#define FC_TEST_EXIT() return fc_test_failed_ ? 1 : 0
+
+#endif

@@ -1,0 +1,203 @@
+/* Visemes, the parametric backend, the compositor and the stream that ties them together. */
+#include "facecast/compose.h"
+#include "facecast/error.h"
+#include "facecast/stream.h"
+#include "facecast/visemes.h"
+#include "fc_test.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static fc_avatar *av;
+static fc_lipsync *ls;
+
+static void test_viseme_table(void) {
+  fc_mouth m = fc_viseme_of_phoneme("m");
+  FC_CHECK(m.open == 0);
+  FC_CHECK(fc_viseme_of_phoneme("p").open == 0 && fc_viseme_of_phoneme("b").open == 0);
+  FC_CHECK(fc_viseme_of_phoneme("_:").open == 0);
+  FC_CHECK(fc_viseme_of_phoneme("a").open > 0.7f);
+  FC_CHECK(fc_viseme_of_phoneme("aI").wide > fc_viseme_of_phoneme("aU").wide);
+  FC_CHECK(fc_viseme_of_phoneme("u:").round > 0.8f);
+  FC_CHECK(fc_viseme_of_phoneme("i:").wide > 0.7f);
+  FC_CHECK(fc_viseme_of_phoneme("'a").open == fc_viseme_of_phoneme("a").open);
+  FC_CHECK(fc_viseme_of_phoneme(NULL).open == 0);
+}
+
+/* Audio path: silence closed, a tone opens within its first frame, closes soon after. */
+static void test_tracker_audio(void) {
+  fc_viseme_tracker t;
+  fc_viseme_tracker_init(&t);
+  float buf[640];
+  memset(buf, 0, sizeof buf);
+  for (int i = 0; i < 10; i++) FC_CHECK(fc_viseme_tracker_push(&t, buf, i * 640, NULL, 0).open == 0);
+  for (int i = 0; i < 640; i++) buf[i] = 0.3f * sinf(2 * 3.14159265f * 300 * i / 16000.0f);
+  fc_mouth m = fc_viseme_tracker_push(&t, buf, 6400, NULL, 0);
+  FC_CHECK(m.open > 0.3f);
+  for (int k = 0; k < 5; k++) m = fc_viseme_tracker_push(&t, buf, 7040 + k * 640, NULL, 0);
+  FC_CHECK(m.open > 0.6f);
+  memset(buf, 0, sizeof buf);
+  for (int k = 0; k < 4; k++) m = fc_viseme_tracker_push(&t, buf, 10240 + k * 640, NULL, 0);
+  FC_CHECK(m.open < 0.02f);
+  /* A quiet speaker opens as wide as a loud one once the level follower has adapted. */
+  fc_viseme_tracker_init(&t);
+  for (int i = 0; i < 640; i++) buf[i] = 0.01f * sinf(2 * 3.14159265f * 300 * i / 16000.0f);
+  for (int k = 0; k < 100; k++) m = fc_viseme_tracker_push(&t, buf, k * 640, NULL, 0);
+  FC_CHECK(m.open > 0.6f);
+}
+
+/* Phoneme path: the shape follows the phoneme of the frame, p/b/m close. */
+static void test_tracker_phonemes(void) {
+  fc_phoneme ph[] = {{0, "_"}, {1280, "a"}, {6400, "m"}, {9600, "u:"}, {14000, "_"}};
+  fc_viseme_tracker t;
+  fc_viseme_tracker_init(&t);
+  float buf[640];
+  for (int i = 0; i < 640; i++) buf[i] = 0.2f * sinf(i * 0.3f);
+  fc_mouth m[25];
+  for (int k = 0; k < 25; k++) m[k] = fc_viseme_tracker_push(&t, buf, k * 640, ph, 5);
+  FC_CHECK(m[0].open < 0.05f);
+  FC_CHECK(m[8].open > 0.7f);   /* "a" */
+  FC_CHECK(m[13].open < 0.1f);  /* "m" after a few frames */
+  FC_CHECK(m[20].round > 0.7f); /* "u:" */
+  FC_CHECK(m[24].open < 0.1f);  /* silence again */
+}
+
+static double region_diff(const uint8_t *a, const uint8_t *b, int w, fc_rect r) {
+  double d = 0;
+  for (int y = r.y; y < r.y + r.h; y++)
+    for (int x = r.x; x < r.x + r.w; x++) d += abs(a[(size_t)y * w + x] - b[(size_t)y * w + x]);
+  return d / ((double)r.w * r.h);
+}
+
+static void test_parametric_patch(void) {
+  size_t cap = fc_lipsync_patch_capacity(ls, av);
+  FC_REQUIRE(cap > 0);
+  uint8_t *mem = malloc(cap * 8), *scratch = malloc(cap * 3);
+  int w = fc_avatar_width(av), h = fc_avatar_height(av);
+  uint8_t *closed = malloc((size_t)w * h * 3 / 2), *open = malloc((size_t)w * h * 3 / 2);
+  fc_patch pt[2] = {{.rgb = mem, .alpha = mem + cap * 3}, {.rgb = mem + cap * 4, .alpha = mem + cap * 7}};
+  fc_lipsync_req rq[2] = {{.avatar = av, .mouth = {0, 0, 0}}, {.avatar = av, .mouth = {0.9f, 0.3f, 0}}};
+  FC_REQUIRE(fc_lipsync_run(ls, rq, pt, 2) == 0);
+  fc_rect r = pt[0].place;
+  FC_CHECK(r.w > 0 && r.h > 0 && (size_t)r.w * r.h <= cap);
+  FC_CHECK(!(r.x & 1) && !(r.y & 1) && !(r.w & 1) && !(r.h & 1));
+  const fc_mouth_geom *g = fc_avatar_mouth(av, 0);
+  FC_CHECK(r.x < g->cx - g->half_w && r.x + r.w > g->cx + g->half_w);
+  FC_CHECK(r.y < g->cy && r.y + r.h > g->cy);
+  /* Border of the mask is feathered to 0, centre opaque. */
+  FC_CHECK(pt[0].alpha[0] == 0 && pt[0].alpha[(size_t)(r.h / 2) * r.w + r.w / 2] == 255);
+  FC_REQUIRE(fc_compose_i420(av, 0, &pt[0], closed, scratch) == 0);
+  FC_REQUIRE(fc_compose_i420(av, 0, &pt[1], open, scratch) == 0);
+  /* The open mouth differs from the closed one around the mouth, not elsewhere. */
+  fc_rect mouth = {(int)(g->cx - g->half_w), (int)(g->cy - 4), (int)(2 * g->half_w), 24};
+  fc_rect forehead = {(int)(g->cx - 30), (int)(g->cy - 0.75f * g->face_h), 60, 20};
+  double dm = region_diff(closed, open, w, mouth), df = region_diff(closed, open, w, forehead);
+  FC_CHECK(dm > 20);
+  FC_CHECK(df < 0.5);
+  /* The open mouth is darker inside (throat) right below the line. */
+  double lum_open = 0, lum_closed = 0;
+  for (int x = (int)g->cx - 5; x < (int)g->cx + 5; x++) {
+    lum_open += open[(size_t)(g->cy + 0.08f * g->face_h) * w + x];
+    lum_closed += closed[(size_t)(g->cy + 0.08f * g->face_h) * w + x];
+  }
+  FC_CHECK(lum_open < lum_closed - 200);
+  /* A bad placement is refused and leaves the plain frame. */
+  fc_patch bad = pt[0];
+  bad.place.x = w - 2;
+  FC_CHECK_INT(fc_compose_i420(av, 0, &bad, open, scratch), ==, FC_EINVAL);
+  FC_CHECK(memcmp(open, fc_avatar_frame_i420(av, 0), (size_t)w * h * 3 / 2) == 0);
+  free(mem), free(scratch), free(closed), free(open);
+}
+
+/* Stream: the mouth region differs more from the rest frame during speech than in silence,
+ * and every frame carries its own 640 samples. */
+static void test_stream_speech_vs_silence(void) {
+  int err;
+  fc_stream_params p = {.avatar = av, .lipsync = ls, .batch = 7};
+  fc_stream *st = fc_stream_create(&p, &err);
+  FC_REQUIRE(st);
+  fc_speech sp;
+  FC_REQUIRE(fc_tts_speak("Hello there, how are you today?", NULL, &sp) == 0);
+  float *sil = calloc(16000, sizeof(float));
+  FC_REQUIRE(fc_stream_push_speech(st, sil, 16000, NULL, 0) == 0); /* 25 silent frames */
+  FC_REQUIRE(fc_stream_push_speech(st, sp.audio.samples, sp.audio.n, sp.ph, sp.n_ph) == 0);
+  FC_REQUIRE(fc_stream_push_speech(st, sil, 16000, NULL, 0) == 0);
+  fc_stream_end(st);
+  int64_t total = fc_stream_frames_total(st);
+  FC_CHECK_INT(total, ==, (int64_t)(32000 + sp.audio.n + 639) / 640);
+  int w = fc_avatar_width(av);
+  size_t fsz = (size_t)w * fc_avatar_height(av) * 3 / 2;
+  uint8_t *rest = malloc(fsz);
+  const fc_mouth_geom *g = fc_avatar_mouth(av, 0);
+  fc_rect mouth = {(int)(g->cx - g->half_w), (int)(g->cy - 10), (int)(2 * g->half_w), 30};
+  double sil_max = 0, speech_max = 0;
+  int64_t n = 0, idx;
+  const uint8_t *img;
+  const int16_t *pcm;
+  while ((err = fc_stream_next_frame(st, &idx, &img, &pcm)) == 0) {
+    FC_CHECK_INT(idx, ==, n);
+    if (n == 5) memcpy(rest, img, fsz);
+    if (n > 5 && n < 25) sil_max = fmax(sil_max, region_diff(rest, img, w, mouth));
+    if (n >= 25 && n < total - 25) speech_max = fmax(speech_max, region_diff(rest, img, w, mouth));
+    /* The frame's audio is the timeline's samples [640 n, 640 n + 640). */
+    if (n == 30) {
+      size_t off = 30 * 640 - 16000;
+      FC_CHECK_NEAR(pcm[100], sp.audio.samples[off + 100] * 32767, 1.5);
+    }
+    n++;
+  }
+  FC_CHECK_INT(err, ==, FC_EEOF);
+  FC_CHECK_INT(n, ==, total);
+  FC_CHECK(sil_max < 0.5);
+  FC_CHECK(speech_max > 15);
+  FC_CHECK(speech_max > 20 * (sil_max + 0.1));
+  FC_CHECK_INT(fc_stream_push_speech(st, sil, 10, NULL, 0), ==, FC_EINVAL); /* after the end */
+  fc_stream_destroy(st);
+  fc_speech_free(&sp);
+  free(sil), free(rest);
+}
+
+static void test_stream_partial_and_again(void) {
+  int err;
+  fc_stream_params p = {.avatar = av, .lipsync = ls};
+  fc_stream *st = fc_stream_create(&p, &err);
+  FC_REQUIRE(st);
+  float buf[1000] = {0};
+  int64_t idx;
+  const uint8_t *img;
+  const int16_t *pcm;
+  FC_REQUIRE(fc_stream_push_speech(st, buf, 1000, NULL, 0) == 0);
+  FC_CHECK_INT(fc_stream_next_frame(st, &idx, &img, &pcm), ==, 0); /* one full frame */
+  FC_CHECK_INT(fc_stream_next_frame(st, &idx, &img, &pcm), ==, FC_EAGAIN);
+  fc_stream_end(st);
+  FC_CHECK_INT(fc_stream_next_frame(st, &idx, &img, &pcm), ==, 0); /* the padded remainder */
+  FC_CHECK_INT(idx, ==, 1);
+  FC_CHECK_INT(pcm[639], ==, 0);
+  FC_CHECK_INT(fc_stream_next_frame(st, &idx, &img, &pcm), ==, FC_EEOF);
+  fc_stream_destroy(st);
+  fc_lipsync_params bad = {.model = "no-such-model"};
+  FC_CHECK(fc_lipsync_create(&bad, &err) == NULL);
+  FC_CHECK_INT(err, ==, FC_ENOTFOUND);
+  FC_CHECK(fc_stream_create(NULL, &err) == NULL);
+}
+
+int main(void) {
+  int err;
+  fc_avatar_params p = fc_avatar_params_default();
+  p.framing = FC_FRAMING_HEAD;
+  av = fc_avatar_create_from_image(fc_avatar_default_path(), &p, &err);
+  ls = fc_lipsync_create(NULL, &err);
+  if (!av || !ls) {
+    fprintf(stderr, "setup failed: %s\n", fc_error_detail(err));
+    return 1;
+  }
+  FC_RUN(test_viseme_table);
+  FC_RUN(test_tracker_audio);
+  FC_RUN(test_tracker_phonemes);
+  FC_RUN(test_parametric_patch);
+  FC_RUN(test_stream_speech_vs_silence);
+  FC_RUN(test_stream_partial_and_again);
+  fc_lipsync_destroy(ls);
+  fc_avatar_destroy(av);
+  FC_TEST_EXIT();
+}

@@ -1,0 +1,548 @@
+/* Tests for the MP4 writer (src/media/mp4.c): files it writes are checked with ffprobe, the
+ * failure paths must return errors (never hang) and leave no file behind. Also prints the frame
+ * rate the writer sustains at 512×512 for two x264 presets. */
+#include "facecast/error.h"
+#include "facecast/mp4.h"
+
+#include "fc_test.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RATE 16000
+#define FPS 25
+#define CHUNK (RATE / FPS) /* 640 samples of audio per video frame, as the renderer pushes */
+
+static char tmpdir[256];
+
+#ifdef __SANITIZE_ADDRESS__
+/* GLib 2.74 allocates 16 KB in its library constructor and never frees it, which LeakSanitizer
+ * reports. Suppress exactly that (allocated under _dl_init), so leaks of ours still fail the
+ * test. The system GLib has no frame pointers, so the stack only reaches _dl_init with the slow
+ * unwinder. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "fast_unwind_on_malloc=0"; }
+const char *__lsan_default_suppressions(void);
+const char *__lsan_default_suppressions(void) { return "leak:_dl_init\n"; }
+#endif
+
+static int file_exists(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A moving diagonal gradient with a bright square crossing the frame, plus slowly changing
+ * chroma, so the encoder has real motion to code. */
+static void fill_frame(uint8_t *f, int w, int h, int i) {
+  uint8_t *y = f, *u = f + (size_t)w * h, *v = u + (size_t)(w / 2) * (h / 2);
+  const int sq = w / 8, sx = (i * 7) % (w - sq), sy = (i * 3) % (h - sq);
+  for (int r = 0; r < h; r++) {
+    for (int c = 0; c < w; c++) {
+      int in = c >= sx && c < sx + sq && r >= sy && r < sy + sq;
+      y[(size_t)r * w + c] = in ? 235 : (uint8_t)((c + r + 4 * i) & 0xff) / 2 + 32;
+    }
+  }
+  for (int r = 0; r < h / 2; r++) {
+    for (int c = 0; c < w / 2; c++) {
+      u[(size_t)r * (w / 2) + c] = (uint8_t)(128 + 40 * sin((c + i) * 0.05));
+      v[(size_t)r * (w / 2) + c] = (uint8_t)(128 + 40 * cos((r - i) * 0.05));
+    }
+  }
+}
+
+static void fill_sine(int16_t *pcm, size_t n, int64_t first) {
+  for (size_t k = 0; k < n; k++)
+    pcm[k] = (int16_t)(8000.0 * sin(2.0 * M_PI * 440.0 * (double)(first + (int64_t)k) / RATE));
+}
+
+enum order {
+  INTERLEAVED, /* each frame's 40 ms of audio, then the frame: what the renderer does */
+  AUDIO_FIRST, /* all audio in one call, then all frames */
+  VIDEO_FIRST, /* all frames, then the audio in 40 ms chunks */
+  VIDEO_ONLY,  /* no audio at all */
+};
+
+/* Writes `frames` frames and the matching audio in the given order. Returns the first error;
+ * *elapsed gets the wall time of create..finish. */
+static int write_clip_order(const char *path, int w, int h, int frames, const char *preset,
+                            enum order order, double *elapsed) {
+  fc_mp4_params p = fc_mp4_params_default(w, h);
+  p.preset = preset;
+  int err = 0, rc = 0;
+  size_t fsize = (size_t)w * h * 3 / 2;
+  uint8_t *frame = malloc(fsize);
+  int16_t pcm[CHUNK];
+  if (!frame) return FC_ENOMEM;
+  double t0 = now_s();
+  fc_mp4_writer *wr = fc_mp4_writer_create(path, &p, &err);
+  if (!wr) {
+    fprintf(stderr, "create %s: %s\n", path, fc_error_detail(err));
+    free(frame);
+    return err;
+  }
+  if (order == AUDIO_FIRST) {
+    size_t n = (size_t)frames * CHUNK;
+    int16_t *all = malloc(n * sizeof *all);
+    if (!all) rc = FC_ENOMEM;
+    if (!rc) fill_sine(all, n, 0);
+    if (!rc) rc = fc_mp4_writer_push_audio(wr, all, n, 0);
+    free(all);
+  }
+  for (int i = 0; i < frames && !rc; i++) {
+    if (order == INTERLEAVED) {
+      fill_sine(pcm, CHUNK, (int64_t)i * CHUNK);
+      rc = fc_mp4_writer_push_audio(wr, pcm, CHUNK, (int64_t)i * CHUNK);
+      if (rc) break;
+    }
+    fill_frame(frame, w, h, i);
+    rc = fc_mp4_writer_push_video(wr, frame, i);
+  }
+  for (int i = 0; i < frames && !rc && order == VIDEO_FIRST; i++) {
+    fill_sine(pcm, CHUNK, (int64_t)i * CHUNK);
+    rc = fc_mp4_writer_push_audio(wr, pcm, CHUNK, (int64_t)i * CHUNK);
+  }
+  if (!rc) rc = fc_mp4_writer_finish(wr);
+  if (rc) fprintf(stderr, "write %s: %s\n", path, fc_error_detail(rc));
+  if (elapsed) *elapsed = now_s() - t0;
+  fc_mp4_writer_destroy(wr);
+  free(frame);
+  return rc;
+}
+
+static int write_clip(const char *path, int w, int h, int frames, const char *preset,
+                      double *elapsed) {
+  return write_clip_order(path, w, h, frames, preset, INTERLEAVED, elapsed);
+}
+
+/* ---- ffprobe ---- */
+
+typedef struct {
+  char type[16], codec[32], rate[32];
+  int width, height;
+  long nb_frames;
+  double duration;
+} probe_stream;
+
+typedef struct {
+  int n;
+  probe_stream s[4];
+} probe_result;
+
+/* Appends s to out as one single-quoted shell word. */
+static void shell_quote(char *out, size_t cap, const char *s) {
+  size_t o = 0;
+  if (o + 1 < cap) out[o++] = '\'';
+  for (; *s && o + 5 < cap; s++) {
+    if (*s == '\'') {
+      memcpy(out + o, "'\\''", 4);
+      o += 4;
+    } else {
+      out[o++] = *s;
+    }
+  }
+  if (o + 1 < cap) out[o++] = '\'';
+  out[o] = 0;
+}
+
+/* Runs ffprobe in its default key=value format, one [STREAM] section per stream. */
+static int probe(const char *path, probe_result *r) {
+  char q[1024], cmd[1400], line[256];
+  memset(r, 0, sizeof *r);
+  shell_quote(q, sizeof q, path);
+  snprintf(cmd, sizeof cmd,
+           "ffprobe -v error -show_entries "
+           "stream=codec_type,codec_name,avg_frame_rate,nb_frames,duration,width,height "
+           "-of default %s", q);
+  FILE *f = popen(cmd, "r");
+  if (!f) return -1;
+  probe_stream *cur = NULL;
+  while (fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\r\n")] = 0;
+    if (!strcmp(line, "[STREAM]")) {
+      cur = r->n < 4 ? &r->s[r->n++] : NULL;
+      continue;
+    }
+    char *eq = strchr(line, '=');
+    if (!cur || !eq) continue;
+    *eq = 0;
+    const char *k = line, *v = eq + 1;
+    if (!strcmp(k, "codec_type")) snprintf(cur->type, sizeof cur->type, "%s", v);
+    else if (!strcmp(k, "codec_name")) snprintf(cur->codec, sizeof cur->codec, "%s", v);
+    else if (!strcmp(k, "avg_frame_rate")) snprintf(cur->rate, sizeof cur->rate, "%s", v);
+    else if (!strcmp(k, "nb_frames")) cur->nb_frames = atol(v);
+    else if (!strcmp(k, "duration")) cur->duration = atof(v);
+    else if (!strcmp(k, "width")) cur->width = atoi(v);
+    else if (!strcmp(k, "height")) cur->height = atoi(v);
+  }
+  return pclose(f) == 0 ? 0 : -1;
+}
+
+/* Decodes the audio with ffmpeg (which honours edit lists) and returns the index of the first
+ * sample louder than 1000, or -1. */
+static long audio_onset(const char *path) {
+  char q[1024], cmd[1400];
+  shell_quote(q, sizeof q, path);
+  snprintf(cmd, sizeof cmd, "ffmpeg -v error -i %s -map 0:a -f s16le -ac 1 -", q);
+  FILE *f = popen(cmd, "r");
+  if (!f) return -1;
+  int16_t s;
+  long i = 0, onset = -1;
+  while (fread(&s, sizeof s, 1, f) == 1) {
+    if (onset < 0 && abs(s) > 1000) onset = i;
+    i++;
+  }
+  return pclose(f) == 0 ? onset : -1;
+}
+
+/* Decodes every video frame and returns the lowest luma PSNR against the source pattern, so a
+ * stride or plane-offset mistake (a sheared or shifted picture) shows as a low value. */
+static double min_luma_psnr(const char *path, int w, int h, int frames) {
+  char q[1024], cmd[1400];
+  shell_quote(q, sizeof q, path);
+  snprintf(cmd, sizeof cmd, "ffmpeg -v error -i %s -map 0:v -f rawvideo -pix_fmt yuv420p -", q);
+  const size_t fsize = (size_t)w * h * 3 / 2;
+  uint8_t *got = malloc(fsize), *want = malloc(fsize);
+  FILE *f = got && want ? popen(cmd, "r") : NULL;
+  double worst = -1;
+  int n = 0;
+  while (f && fread(got, 1, fsize, f) == fsize) {
+    fill_frame(want, w, h, n);
+    double se = 0;
+    for (size_t k = 0; k < (size_t)w * h; k++) se += (double)(got[k] - want[k]) * (got[k] - want[k]);
+    double mse = se / ((double)w * h);
+    double psnr = mse > 0 ? 10 * log10(255.0 * 255.0 / mse) : 99;
+    if (worst < 0 || psnr < worst) worst = psnr;
+    n++;
+  }
+  if (f && pclose(f) != 0) worst = -1;
+  if (n != frames) worst = -1;
+  free(got);
+  free(want);
+  return worst;
+}
+
+static const probe_stream *find_stream(const probe_result *r, const char *type) {
+  for (int i = 0; i < r->n; i++)
+    if (!strcmp(r->s[i].type, type)) return &r->s[i];
+  return NULL;
+}
+
+/* Checks one h264 stream of `frames` frames at 25/1 and w×h, and one aac stream as long. */
+static void check_file(const char *path, int w, int h, int frames) {
+  probe_result r;
+  FC_REQUIRE(probe(path, &r) == 0);
+  FC_CHECK_INT(r.n, ==, 2);
+  const probe_stream *v = find_stream(&r, "video"), *a = find_stream(&r, "audio");
+  FC_REQUIRE(v && a);
+  FC_CHECK(!strcmp(v->codec, "h264"));
+  FC_CHECK(!strcmp(v->rate, "25/1"));
+  FC_CHECK_INT(v->nb_frames, ==, frames);
+  FC_CHECK_INT(v->width, ==, w);
+  FC_CHECK_INT(v->height, ==, h);
+  FC_CHECK(!strcmp(a->codec, "aac"));
+  FC_CHECK_NEAR(v->duration, frames / (double)FPS, 1e-3);
+  FC_CHECK_NEAR(a->duration, v->duration, 0.04);
+  /* A/V sync: the sine starts at sample 0, so decoded audio must be loud from the start. An
+   * untrimmed AAC priming frame would put the onset at sample 1024 (64 ms late). */
+  long onset = audio_onset(path);
+  FC_CHECK(onset >= 0 && onset < RATE / 100);
+  fprintf(stderr, "     %s: video %s %dx%d %s %ld frames %.4f s; audio %s %ld frames %.4f s, "
+          "onset at sample %ld\n",
+          strrchr(path, '/') + 1, v->codec, v->width, v->height, v->rate, v->nb_frames,
+          v->duration, a->codec, a->nb_frames, a->duration, onset);
+}
+
+/* ---- cases ---- */
+
+static void check_pictures(const char *path, int w, int h, int frames) {
+  double psnr = min_luma_psnr(path, w, h, frames);
+  fprintf(stderr, "     %s: lowest luma PSNR over %d frames %.1f dB\n", strrchr(path, '/') + 1,
+          frames, psnr);
+  FC_CHECK(psnr > 30.0);
+}
+
+static void test_three_seconds_512(void) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/clip512.mp4", tmpdir);
+  FC_REQUIRE(write_clip(path, 512, 512, 75, NULL, NULL) == 0);
+  check_file(path, 512, 512, 75);
+  check_pictures(path, 512, 512, 75);
+  unlink(path);
+}
+
+/* The renderer interleaves, but whole-stream skews within the queues' room must work too. */
+static void test_push_orders(void) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/audio-first.mp4", tmpdir);
+  FC_CHECK(write_clip_order(path, 320, 240, 75, "ultrafast", AUDIO_FIRST, NULL) == 0);
+  check_file(path, 320, 240, 75);
+  unlink(path);
+  snprintf(path, sizeof path, "%s/video-first.mp4", tmpdir);
+  FC_CHECK(write_clip_order(path, 320, 240, 75, "ultrafast", VIDEO_FIRST, NULL) == 0);
+  check_file(path, 320, 240, 75);
+  unlink(path);
+}
+
+/* Video without any audio: the writer fills the audio track with silence as long as the
+ * video (mp4mux would otherwise write a broken empty track). */
+static void test_video_only(void) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/video-only.mp4", tmpdir);
+  FC_CHECK(write_clip_order(path, 320, 240, 50, "ultrafast", VIDEO_ONLY, NULL) == 0);
+  probe_result r;
+  FC_CHECK(probe(path, &r) == 0);
+  const probe_stream *v = find_stream(&r, "video"), *a = find_stream(&r, "audio");
+  FC_CHECK(v && a);
+  if (v && a) {
+    FC_CHECK_INT(v->nb_frames, ==, 50);
+    FC_CHECK_NEAR(v->duration, 2.0, 1e-3);
+    FC_CHECK_NEAR(a->duration, 2.0, 0.04);
+    FC_CHECK_INT(audio_onset(path), ==, -1); /* silent */
+  }
+  unlink(path);
+}
+
+/* 320 is a multiple of 4 at chroma width too (contiguous strides); 202×150 is not (GStreamer
+ * pads rows to 4 bytes), so the row-by-row copy runs. The first path has a space and a quote. */
+static void test_other_sizes(void) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/clip 320 'q'.mp4", tmpdir);
+  FC_CHECK(write_clip(path, 320, 240, 25, NULL, NULL) == 0);
+  check_file(path, 320, 240, 25);
+  check_pictures(path, 320, 240, 25);
+  unlink(path);
+  snprintf(path, sizeof path, "%s/clip202.mp4", tmpdir);
+  FC_CHECK(write_clip(path, 202, 150, 25, "ultrafast", NULL) == 0);
+  check_file(path, 202, 150, 25);
+  check_pictures(path, 202, 150, 25);
+  unlink(path);
+}
+
+static void test_unwritable_path(void) {
+  fc_mp4_params p = fc_mp4_params_default(64, 64);
+  int err = 0;
+  fc_error_clear();
+  double t0 = now_s();
+  fc_mp4_writer *w = fc_mp4_writer_create("/nonexistent-dir/out.mp4", &p, &err);
+  FC_CHECK(w == NULL);
+  FC_CHECK(err == FC_EIO || err == FC_EMEDIA);
+  FC_CHECK(strstr(fc_error_detail(err), "/nonexistent-dir/out.mp4") != NULL);
+  FC_CHECK(now_s() - t0 < 5.0);
+  fprintf(stderr, "     detail: %s\n", fc_error_detail(err));
+  fc_mp4_writer_destroy(w); /* NULL is fine */
+}
+
+static void test_bad_arguments(void) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/bad.mp4", tmpdir);
+  int err = 0;
+  fc_mp4_params p = fc_mp4_params_default(201, 150);
+  FC_CHECK(fc_mp4_writer_create(path, &p, &err) == NULL);
+  FC_CHECK_INT(err, ==, FC_EINVAL);
+  p = fc_mp4_params_default(64, 64);
+  p.preset = "warpspeed";
+  FC_CHECK(fc_mp4_writer_create(path, &p, &err) == NULL);
+  FC_CHECK_INT(err, ==, FC_EINVAL);
+  FC_CHECK(strstr(fc_error_detail(err), "warpspeed") != NULL);
+  FC_CHECK(!file_exists(path));
+
+  /* Frames must move forward; audio must not overlap; nothing after finish. */
+  p = fc_mp4_params_default(64, 64);
+  fc_mp4_writer *w = fc_mp4_writer_create(path, &p, &err);
+  FC_REQUIRE(w != NULL);
+  uint8_t frame[64 * 64 * 3 / 2];
+  int16_t pcm[CHUNK];
+  fill_sine(pcm, CHUNK, 0);
+  memset(frame, 100, sizeof frame);
+  FC_CHECK_INT(fc_mp4_writer_push_audio(w, pcm, CHUNK, 0), ==, 0);
+  FC_CHECK_INT(fc_mp4_writer_push_video(w, frame, 0), ==, 0);
+  FC_CHECK_INT(fc_mp4_writer_push_video(w, frame, 0), ==, FC_EINVAL);
+  FC_CHECK_INT(fc_mp4_writer_push_audio(w, pcm, CHUNK, 100), ==, FC_EINVAL);
+  FC_CHECK_INT(fc_mp4_writer_push_audio(w, pcm, 0, 5000), ==, 0);
+  FC_CHECK_INT(fc_mp4_writer_push_video(w, NULL, 1), ==, FC_EINVAL);
+  FC_CHECK_INT(fc_mp4_writer_finish(w), ==, 0);
+  FC_CHECK_INT(fc_mp4_writer_finish(w), ==, 0); /* idempotent */
+  FC_CHECK_INT(fc_mp4_writer_push_video(w, frame, 1), ==, FC_EINVAL);
+  fc_mp4_writer_destroy(w);
+  FC_CHECK(file_exists(path)); /* a finished file stays */
+  unlink(path);
+}
+
+static void test_destroy_without_finish(void) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/partial.mp4", tmpdir);
+  fc_mp4_params p = fc_mp4_params_default(320, 240);
+  int err = 0;
+  fc_mp4_writer *w = fc_mp4_writer_create(path, &p, &err);
+  FC_REQUIRE(w != NULL);
+  FC_CHECK(file_exists(path));
+  uint8_t *frame = malloc(320 * 240 * 3 / 2);
+  int16_t pcm[CHUNK];
+  FC_REQUIRE(frame != NULL);
+  for (int i = 0; i < 40; i++) {
+    fill_sine(pcm, CHUNK, (int64_t)i * CHUNK);
+    FC_CHECK_INT(fc_mp4_writer_push_audio(w, pcm, CHUNK, (int64_t)i * CHUNK), ==, 0);
+    fill_frame(frame, 320, 240, i);
+    FC_CHECK_INT(fc_mp4_writer_push_video(w, frame, i), ==, 0);
+  }
+  fc_mp4_writer_destroy(w);
+  free(frame);
+  FC_CHECK(!file_exists(path));
+}
+
+/* Defined behaviour: finish() with no video frame fails with FC_EMEDIA (an MP4 without video
+ * samples is no use to anyone) and destroy() removes the file. Must not hang. */
+static void test_zero_frames(void) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/empty.mp4", tmpdir);
+  fc_mp4_params p = fc_mp4_params_default(64, 64);
+  int err = 0;
+  double t0 = now_s();
+  fc_mp4_writer *w = fc_mp4_writer_create(path, &p, &err);
+  FC_REQUIRE(w != NULL);
+  int rc = fc_mp4_writer_finish(w);
+  FC_CHECK_INT(rc, ==, FC_EMEDIA);
+  fprintf(stderr, "     detail: %s\n", fc_error_detail(rc));
+  FC_CHECK_INT(fc_mp4_writer_push_video(w, (const uint8_t *)"", 0), ==, FC_EMEDIA);
+  fc_mp4_writer_destroy(w);
+  FC_CHECK(!file_exists(path));
+  FC_CHECK(now_s() - t0 < 5.0);
+
+  /* Audio only is the same: no video, no file. */
+  w = fc_mp4_writer_create(path, &p, &err);
+  FC_REQUIRE(w != NULL);
+  int16_t pcm[CHUNK];
+  fill_sine(pcm, CHUNK, 0);
+  FC_CHECK_INT(fc_mp4_writer_push_audio(w, pcm, CHUNK, 0), ==, 0);
+  FC_CHECK_INT(fc_mp4_writer_finish(w), ==, FC_EMEDIA);
+  fc_mp4_writer_destroy(w);
+  FC_CHECK(!file_exists(path));
+}
+
+/* A write error in the middle of a render (the file size limit stands in for a full disk) must
+ * come back as an error from push or finish, not a hang, and leave no file. It runs in a fresh
+ * process (this executable re-executed) because RLIMIT_FSIZE is per process. */
+static int fsize_child(const char *path) {
+  struct rlimit rl = {64 * 1024, 64 * 1024};
+  signal(SIGXFSZ, SIG_IGN); /* write() then fails with EFBIG instead of killing us */
+  if (setrlimit(RLIMIT_FSIZE, &rl) != 0) return 3;
+  alarm(120); /* a hang kills the child, which the parent reports */
+  fc_mp4_params p = fc_mp4_params_default(320, 240);
+  p.preset = "ultrafast";
+  int err = 0, rc = 0, i = 0;
+  fc_mp4_writer *w = fc_mp4_writer_create(path, &p, &err);
+  if (!w) {
+    fprintf(stderr, "     child: create failed: %s\n", fc_error_detail(err));
+    return 5;
+  }
+  static uint8_t frame[320 * 240 * 3 / 2];
+  int16_t pcm[CHUNK];
+  /* 250 frames of changing content is well over 64 KB at 2 Mbit/s. */
+  for (i = 0; i < 250 && !rc; i++) {
+    fill_sine(pcm, CHUNK, (int64_t)i * CHUNK);
+    rc = fc_mp4_writer_push_audio(w, pcm, CHUNK, (int64_t)i * CHUNK);
+    fill_frame(frame, 320, 240, i);
+    if (!rc) rc = fc_mp4_writer_push_video(w, frame, i);
+  }
+  const char *where = rc ? "push" : "finish";
+  if (!rc) rc = fc_mp4_writer_finish(w);
+  fprintf(stderr, "     child: %s returned %d after %d frames: %s\n", where, rc, i,
+          rc ? fc_error_detail(rc) : "no error");
+  fc_mp4_writer_destroy(w);
+  if (rc != FC_EIO && rc != FC_EMEDIA) return 1;
+  return file_exists(path) ? 2 : 0;
+}
+
+static void test_write_error(void) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/full.mp4", tmpdir);
+  pid_t pid = fork();
+  FC_REQUIRE(pid >= 0);
+  if (pid == 0) {
+    execl("/proc/self/exe", "test_mp4", "--fsize-child", path, (char *)NULL);
+    _exit(4);
+  }
+  int status = 0;
+  FC_REQUIRE(waitpid(pid, &status, 0) == pid);
+  FC_CHECK(WIFEXITED(status));
+  if (WIFEXITED(status)) FC_CHECK_INT(WEXITSTATUS(status), ==, 0);
+  else fprintf(stderr, "     child killed by signal %d\n", WTERMSIG(status));
+  FC_CHECK(!file_exists(path));
+}
+
+/* Frames per second the writer sustains at 512×512 with the renderer's interleaving, per
+ * preset. The frames are generated beforehand (a second's worth, cycled) so the figure is the
+ * writer's: copy in, x264, AAC, mux, write. Printed, not checked: it depends on the machine. */
+static void test_throughput(void) {
+  static const char *const presets[] = {"veryfast", "ultrafast"};
+  enum { W = 512, H = 512, N = 500, DISTINCT = FPS };
+  const size_t fsize = (size_t)W * H * 3 / 2;
+  uint8_t *frames = malloc(fsize * DISTINCT);
+  int16_t pcm[CHUNK];
+  FC_REQUIRE(frames != NULL);
+  for (int i = 0; i < DISTINCT; i++) fill_frame(frames + fsize * i, W, H, i);
+  fill_sine(pcm, CHUNK, 0);
+  for (int k = 0; k < 2; k++) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/speed-%s.mp4", tmpdir, presets[k]);
+    fc_mp4_params p = fc_mp4_params_default(W, H);
+    p.preset = presets[k];
+    int err = 0, rc = 0;
+    double t0 = now_s();
+    fc_mp4_writer *w = fc_mp4_writer_create(path, &p, &err);
+    FC_CHECK(w != NULL);
+    for (int i = 0; w && i < N && !rc; i++) {
+      rc = fc_mp4_writer_push_audio(w, pcm, CHUNK, (int64_t)i * CHUNK);
+      if (!rc) rc = fc_mp4_writer_push_video(w, frames + fsize * (i % DISTINCT), i);
+    }
+    if (w && !rc) rc = fc_mp4_writer_finish(w);
+    double t = now_s() - t0;
+    FC_CHECK_INT(rc, ==, 0);
+    fc_mp4_writer_destroy(w);
+    fprintf(stderr, "     512x512 %-9s: %d frames (%d s of video) in %.2f s = %.0f frames/s\n",
+            presets[k], N, N / FPS, t, N / t);
+    unlink(path);
+  }
+  free(frames);
+}
+
+int main(int argc, char **argv) {
+  if (argc == 3 && !strcmp(argv[1], "--fsize-child")) return fsize_child(argv[2]);
+
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/fc_test_mp4_XXXXXX");
+  if (!mkdtemp(tmpdir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  FC_RUN(test_three_seconds_512);
+  FC_RUN(test_other_sizes);
+  FC_RUN(test_push_orders);
+  FC_RUN(test_video_only);
+  FC_RUN(test_unwritable_path);
+  FC_RUN(test_bad_arguments);
+  FC_RUN(test_destroy_without_finish);
+  FC_RUN(test_zero_frames);
+  FC_RUN(test_write_error);
+  FC_RUN(test_throughput);
+  if (rmdir(tmpdir) != 0) {
+    fprintf(stderr, "leftover files in %s: %s\n", tmpdir, strerror(errno));
+    fc_test_failed_ = 1;
+  }
+  FC_TEST_EXIT();
+}
