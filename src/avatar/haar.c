@@ -150,9 +150,10 @@ static void on_start(GMarkupParseContext *mc, const char *name, const char **att
       return;
     }
     if (!strcmp(name, "cascade")) {
-      if (!type || strcmp(type, "opencv-cascade-classifier") != 0) {
+      /* Files written by opencv_traincascade may omit type_id (catface, russian plate). */
+      if (type && strcmp(type, "opencv-cascade-classifier") != 0) {
         fail(c, error, FC_EFORMAT, "<cascade> has type_id \"%s\", not opencv-cascade-classifier",
-             type ? type : "");
+             type);
         return;
       }
       if (c->saw_cascade++) {
@@ -228,8 +229,14 @@ static void on_end(GMarkupParseContext *mc, const char *name, gpointer user, GEr
   gboolean ok = TRUE;
   if (!rel) {
   } else if (!strcmp(rel, "stageType") || !strcmp(rel, "featureType")) {
-    char *dst = rel[0] == 's' ? c->stage_type : c->feature_type;
+    /* Checked here, before the stages, so that an LBP file is called unsupported rather than
+     * malformed when its (differently shaped) nodes are reached. */
+    int is_stage = rel[0] == 's';
+    const char *want = is_stage ? "BOOST" : "HAAR";
+    char *dst = is_stage ? c->stage_type : c->feature_type;
     g_strlcpy(dst, g_strstrip(c->text->str), sizeof c->stage_type);
+    if (strcmp(dst, want) != 0)
+      fail(c, error, FC_EUNSUPPORTED, "%s %s is not supported (only %s)", name, dst, want);
   } else if (!strcmp(rel, "width")) {
     ok = parse_int(c, &c->win_w);
   } else if (!strcmp(rel, "height")) {
@@ -288,10 +295,6 @@ static int validate(parse_ctx *c) {
   if (!c->saw_cascade) return fail(c, NULL, FC_EFORMAT, "no <cascade> element");
   if (!c->stage_type[0] || !c->feature_type[0])
     return fail(c, NULL, FC_EFORMAT, "missing <stageType> or <featureType>");
-  if (strcmp(c->stage_type, "BOOST") != 0)
-    return fail(c, NULL, FC_EUNSUPPORTED, "stage type %s is not supported", c->stage_type);
-  if (strcmp(c->feature_type, "HAAR") != 0)
-    return fail(c, NULL, FC_EUNSUPPORTED, "%s features are not supported", c->feature_type);
   if (c->max_cat != 0) return fail(c, NULL, FC_EUNSUPPORTED, "categorical features");
   if (c->win_w < 3 || c->win_h < 3 || c->win_w > HAAR_MAX_WIN || c->win_h > HAAR_MAX_WIN)
     return fail(c, NULL, FC_EFORMAT, "bad window size %dx%d", c->win_w, c->win_h);

@@ -1,8 +1,8 @@
 /* MP4 writer (include/facecast/mp4.h): one GStreamer pipeline per file,
  *
- *   appsrc "v" (I420) → x264enc [→ h264parse if installed] → queue ────────────────┐
+ *   appsrc "v" (I420) → x264enc [→ h264parse if installed] → queue ───────────┐
  *   appsrc "a" (S16LE mono) → audioconvert → audioresample → AAC enc → aacparse ┴→ mp4mux
- *                                                                                  → filesink
+ *                                                                                → filesink
  *
  * Timestamps come only from the caller's clock: video frame i is stamped i/fps and audio sample s
  * is stamped s/sample_rate (gst_util_uint64_scale, so long renders do not drift by rounding).
@@ -49,6 +49,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,8 +63,10 @@
 #define AUDIO_QUEUE_SECONDS 60
 /* Seconds of encoded video held before mp4mux (about 15 MB at 2 Mbit/s); same note. */
 #define VIDEO_SKEW_SECONDS 60
-/* Samples per pooled audio buffer; larger pushes are split into several buffers. */
-#define AUDIO_CHUNK_SAMPLES 4096
+/* Samples per pooled audio buffer (one AAC frame); a larger push is split into several, a
+ * smaller one (the renderer's 640) uses part of one. Small, because a buffer costs its full
+ * capacity in memory while appsrc's byte bound counts only the bytes used. */
+#define AUDIO_CHUNK_SAMPLES 1024
 /* How long finish() waits for the drain (only the encoders' latency is left to encode). */
 #define FINISH_TIMEOUT_S 60
 /* AAC bit rate for mono speech. */
@@ -186,14 +189,26 @@ static GstBusSyncReply on_bus_message(GstBus *bus, GstMessage *msg, gpointer dat
 
 /* ---- construction ---- */
 
+/* The Debian/Ubuntu package that ships a factory we use, for the error detail. */
+static const char *package_of(const char *factory) {
+  static const char *const map[][2] = {
+      {"x264enc", "gstreamer1.0-plugins-ugly"}, {"mp4mux", "gstreamer1.0-plugins-good"},
+      {"aacparse", "gstreamer1.0-plugins-good"}, {"queue", "libgstreamer1.0-0"},
+      {"filesink", "libgstreamer1.0-0"},
+  };
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (!strcmp(factory, map[i][0])) return map[i][1];
+  return "gstreamer1.0-plugins-base"; /* appsrc, audioconvert, audioresample */
+}
+
 /* Makes an element and puts it in the pipeline at once, so the pipeline owns it and cleanup
  * only ever has to drop the pipeline. */
 static int add_element(GstElement *pipeline, const char *factory, const char *name,
                        GstElement **out) {
   GstElement *e = gst_element_factory_make(factory, name);
   if (!e) {
-    return fc_error_set(FC_EMEDIA, "GStreamer element '%s' is not available (missing plugin)",
-                        factory);
+    return fc_error_set(FC_EMEDIA, "GStreamer element '%s' is not available (install %s)",
+                        factory, package_of(factory));
   }
   if (!gst_bin_add(GST_BIN(pipeline), e)) {
     gst_object_unref(e);
@@ -228,12 +243,12 @@ static int has_property(GstElement *e, const char *name) {
 
 /* Sets x264enc's speed-preset from its enum nick, refusing unknown names instead of letting
  * GObject print a warning and keep the default. */
-static int set_speed_preset(GstElement *enc, const char *preset) {
+static int set_speed_preset(GstElement *enc, const char *preset, const char *path) {
   GParamSpec *ps = g_object_class_find_property(G_OBJECT_GET_CLASS(enc), "speed-preset");
   if (!ps || !G_IS_PARAM_SPEC_ENUM(ps))
     return fc_error_set(FC_EMEDIA, "x264enc has no speed-preset property");
   GEnumValue *v = g_enum_get_value_by_nick(G_PARAM_SPEC_ENUM(ps)->enum_class, preset);
-  if (!v) return fc_error_set(FC_EINVAL, "unknown x264 speed preset '%s'", preset);
+  if (!v) return fc_error_set(FC_EINVAL, "%s: unknown x264 speed preset '%s'", path, preset);
   g_object_set(enc, "speed-preset", v->value, NULL);
   return 0;
 }
@@ -312,8 +327,8 @@ fc_mp4_writer *fc_mp4_writer_create(const char *path, const fc_mp4_params *param
   int rc = 0;
   fc_mp4_writer *w = NULL;
   GstCaps *vcaps = NULL, *acaps = NULL;
-  GstElement *venc = NULL, *vparse = NULL, *vqueue = NULL, *aconv = NULL, *ares = NULL, *aenc = NULL,
-             *aparse = NULL, *mux = NULL, *sink = NULL;
+  GstElement *venc = NULL, *vparse = NULL, *vqueue = NULL, *aconv = NULL, *ares = NULL,
+             *aenc = NULL, *aparse = NULL, *mux = NULL, *sink = NULL;
   int created_file = 0;
   fc_mp4_params p;
 
@@ -357,16 +372,6 @@ fc_mp4_writer *fc_mp4_writer_create(const char *path, const fc_mp4_params *param
     rc = fc_error_set(FC_ENOMEM, "%s: out of memory", path);
     goto fail;
   }
-
-  /* Creating the file here gives a plain errno message and fails before any thread starts;
-   * filesink reopens (and truncates) it when the pipeline starts. */
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    rc = fc_error_set(FC_EIO, "%s: cannot create output file: %s", path, strerror(errno));
-    goto fail;
-  }
-  close(fd);
-  created_file = 1;
 
   w->pipeline = gst_pipeline_new("fc-mp4");
   if (!w->pipeline) {
@@ -424,10 +429,7 @@ fc_mp4_writer *fc_mp4_writer_create(const char *path, const fc_mp4_params *param
                TRUE, "max-bytes", (guint64)AUDIO_QUEUE_SECONDS * (guint64)p.sample_rate * 2u,
                "emit-signals", FALSE, NULL);
 
-  if ((rc = set_speed_preset(venc, p.preset))) {
-    if (rc == FC_EINVAL) fc_error_set(rc, "%s: unknown x264 speed preset '%s'", path, p.preset);
-    goto fail;
-  }
+  if ((rc = set_speed_preset(venc, p.preset, path))) goto fail;
   /* A keyframe every 2 s keeps seeking in the result cheap; byte-stream off gives the avc
    * format mp4mux stores. */
   g_object_set(venc, "bitrate", (guint)p.bitrate_kbps, "threads", (guint)p.threads,
@@ -446,12 +448,16 @@ fc_mp4_writer *fc_mp4_writer_create(const char *path, const fc_mp4_params *param
    * and it lets the caller push video that far ahead of its audio (see the design note). */
   g_object_set(vqueue, "max-size-buffers", 0u, "max-size-bytes", 0u, "max-size-time",
                (guint64)VIDEO_SKEW_SECONDS * GST_SECOND, NULL);
-  GstElement *vchain[] = {w->vsrc, venc, vparse, vqueue, mux, sink};
-  GstElement *vchain_noparse[] = {w->vsrc, venc, vqueue, mux, sink};
+  GstElement *vchain[6];
+  size_t nv = 0;
+  vchain[nv++] = w->vsrc;
+  vchain[nv++] = venc;
+  if (vparse) vchain[nv++] = vparse;
+  vchain[nv++] = vqueue;
+  vchain[nv++] = mux;
+  vchain[nv++] = sink;
   GstElement *achain[] = {w->asrc, aconv, ares, aenc, aparse, mux};
-  if ((vparse ? (rc = link_chain(vchain, sizeof vchain / sizeof vchain[0]))
-              : (rc = link_chain(vchain_noparse, sizeof vchain_noparse / sizeof vchain_noparse[0]))) ||
-      (rc = link_chain(achain, sizeof achain / sizeof achain[0])))
+  if ((rc = link_chain(vchain, nv)) || (rc = link_chain(achain, sizeof achain / sizeof achain[0])))
     goto fail;
 
   w->vpool = make_pool(vcaps, (guint)frame_bytes, VIDEO_QUEUE_FRAMES);
@@ -460,6 +466,17 @@ fc_mp4_writer *fc_mp4_writer_create(const char *path, const fc_mp4_params *param
     rc = fc_error_set(FC_EMEDIA, "%s: could not set up buffer pools", path);
     goto fail;
   }
+
+  /* Creating the file here, after everything else that can fail, gives a plain errno message
+   * before any thread starts and leaves an existing file alone if the set-up is refused.
+   * filesink reopens (and truncates) it when the pipeline starts. */
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    rc = fc_error_set(FC_EIO, "%s: cannot create output file: %s", path, strerror(errno));
+    goto fail;
+  }
+  close(fd);
+  created_file = 1;
 
   w->bus = gst_pipeline_get_bus(GST_PIPELINE(w->pipeline));
   gst_bus_set_sync_handler(w->bus, on_bus_message, w, NULL);
@@ -718,7 +735,8 @@ static int patch_moov(uint8_t *b, size_t len, uint32_t priming) {
   mp4_box mvhd, trak, tkhd, mdia, mdhd, hdlr, edts, elst;
   const size_t body = rd32(b) == 1 ? 16 : 8; /* moov's own header */
   if (!find_box(b, body, len, "mvhd", &mvhd) || mvhd.end - mvhd.body < 32) return 0;
-  const uint32_t movie_ts = b[mvhd.body] == 1 ? rd32(b + mvhd.body + 20) : rd32(b + mvhd.body + 12);
+  const uint32_t movie_ts =
+      b[mvhd.body] == 1 ? rd32(b + mvhd.body + 20) : rd32(b + mvhd.body + 12);
   if (!movie_ts) return 0;
   int changed = 0;
   uint64_t movie_dur = 0;
