@@ -686,6 +686,7 @@ int fc_haar_detect(const fc_haar *h, const uint8_t *gray, int w, int hgt, int st
   rect_offsets(1, 1, h->win_w - 2, h->win_h - 2, (int)st, norm);
   int max_w = p->max_size > 0 ? p->max_size : w, max_h = p->max_size > 0 ? p->max_size : hgt;
   int32_t *hrows[2] = {rows, rows + w};
+  int nstripes = 0; /* set at the first level */
 
   for (double factor = 1.0;; factor *= p->scale_factor) {
     int win_w = (int)lrint(h->win_w * factor), win_h = (int)lrint(h->win_h * factor);
@@ -695,6 +696,10 @@ int fc_haar_detect(const fc_haar *h, const uint8_t *gray, int w, int hgt, int st
     int sw = (int)lrintf((float)w / f), sh = (int)lrintf((float)hgt / f);
     if (sw > w) sw = w; /* f >= 1, so only float noise could do this */
     if (sh > hgt) sh = hgt;
+    /* OpenCV cuts each level's rows into stripes for its thread pool, their number fixed by
+     * the first level's width, and (see formats.md §2.2 step 5, amended) the stripes can stop
+     * one window row short of the bottom. Reproduce their extent. */
+    if (!nstripes) nstripes = MAX((sw - h->win_w + 1 + 31) / 32, 1);
     if (sw < h->win_w || sh < h->win_h) continue;
     const uint8_t *img = gray;
     int istride = stride;
@@ -706,8 +711,11 @@ int fc_haar_detect(const fc_haar *h, const uint8_t *gray, int w, int hgt, int st
     integrals(img, sw, sh, istride, sum, sq, st);
     int step = f >= 2.0f ? 1 : 2;
     int out_w = (int)lrintf((float)h->win_w * f), out_h = (int)lrintf((float)h->win_h * f);
-    for (int y = 0; y < sh - h->win_h + 1; y += step) {
-      for (int x = 0; x < sw - h->win_w + 1; x += step) {
+    int ny = sh - h->win_h + 1, nx = sw - h->win_w + 1; /* window positions */
+    long long stripe = (long long)MAX((ny / step + nstripes - 1) / nstripes, 1) * step;
+    int y_end = (int)MIN(stripe * nstripes, (long long)ny);
+    for (int y = 0; y < y_end; y += step) {
+      for (int x = 0; x < nx; x += step) {
         size_t base = (size_t)y * st + (size_t)x;
         int r = run_window(h, cn, sum + base, sq + base, norm, area);
         if (r == 0) {

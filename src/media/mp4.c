@@ -433,7 +433,7 @@ fc_mp4_writer *fc_mp4_writer_create(const char *path, const fc_mp4_params *param
   /* A keyframe every 2 s keeps seeking in the result cheap; byte-stream off gives the avc
    * format mp4mux stores. */
   g_object_set(venc, "bitrate", (guint)p.bitrate_kbps, "threads", (guint)p.threads,
-               "key-int-max", (guint)(2 * p.fps), "byte-stream", FALSE, NULL);
+               "key-int-max", (guint)(2 * p.fps), "byte-stream", FALSE, "trellis", FALSE, NULL);
   if (has_property(aenc, "bitrate")) g_object_set(aenc, "bitrate", AAC_BITRATE, NULL);
   {
     GstElementFactory *f = gst_element_get_factory(aenc);
