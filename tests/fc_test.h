@@ -4,9 +4,12 @@
 #ifndef FC_TEST_H
 #define FC_TEST_H
 
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 static int fc_test_failed_ = 0;
 static int fc_test_case_failed_ = 0;
@@ -56,6 +59,21 @@ static int fc_test_case_failed_ = 0;
     fprintf(stderr, "%s %s\n", fc_test_case_failed_ ? "FAIL" : "ok  ", #fn);                   \
     fc_test_failed_ |= fc_test_case_failed_;                                                   \
   } while (0)
+
+/* Removes a temporary test directory and the files in it (tests keep them flat), including
+ * whatever a failed case left behind. */
+static inline void fc_test_rmtree(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  char path[4096];
+  while (d && (e = readdir(d)))
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+      snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+      unlink(path);
+    }
+  if (d) closedir(d);
+  rmdir(dir);
+}
 
 #define FC_TEST_EXIT() return fc_test_failed_ ? 1 : 0
 

@@ -9,6 +9,7 @@
 
 #include "fc_test.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -73,8 +74,8 @@ static void check_astronaut(const char *cascade, fc_rect want) {
   FC_CHECK_INT(n, ==, 1);
   if (n >= 1) {
     fc_rect r = out[0]; /* the largest */
-    fprintf(stderr, "  largest [%d,%d,%d,%d], OpenCV [%d,%d,%d,%d]\n", r.x, r.y, r.w, r.h,
-            want.x, want.y, want.w, want.h);
+    fprintf(stderr, "  largest [%d,%d,%d,%d], OpenCV [%d,%d,%d,%d]\n", r.x, r.y, r.w, r.h, want.x,
+            want.y, want.w, want.h);
     /* Loose: the face is at x 176-271, y 66-161 */
     FC_CHECK_INT(abs(r.x - 176), <=, 10);
     FC_CHECK_INT(abs(r.y - 66), <=, 10);
@@ -128,6 +129,50 @@ static void test_raw_candidates(void) {
     for (int i = 0; i < n && i < 64; i++) FC_CHECK(out[i].w >= 60 && out[i].w <= 90);
     fc_haar_destroy(c);
   }
+  free(g);
+}
+
+/* More cv2 4.6 results on the astronaut, chosen because each one catches a different detail:
+ * the nesting filter (a), the count filter (b), step 1 from factor 2 on (c, d), and the
+ * choice of scales when none lies within [min_size, max_size] (e, f, g). */
+static void test_opencv_table(void) {
+  static const struct {
+    int alt2;
+    double scale;
+    int neighbors, min_size, max_size, n;
+    fc_rect boxes[3]; /* the largest ones, largest first */
+  } cases[] = {
+      {0, 1.05, 2, 0, 0, 3, {{284, 125, 127, 127}, {175, 66, 97, 97}, {419, 432, 27, 27}}}, /* a */
+      {0, 1.1, 1, 0, 0, 3, {{4, 376, 105, 105}, {177, 66, 95, 95}, {128, 272, 25, 25}}},    /* b */
+      {1, 1.05, 3, 0, 0, 2, {{281, 119, 133, 133}, {175, 64, 100, 100}}},
+      {0, 2.0, 0, 0, 0, 13, {{0}}}, /* c */
+      {1, 2.0, 0, 0, 0, 6, {{0}}},  /* d */
+      {0, 1.1, 3, 60, 90, 1, {{187, 73, 76, 76}}},
+      {0, 1.1, 0, 0, 10, 1, {{128, 272, 24, 24}}},  /* e: max below the window: scale 1 */
+      {1, 1.1, 0, 96, 96, 8, {{0}}},                /* f: no 96 window; 92 is nearest */
+      {0, 1.1, 0, 25, 25, 1, {{128, 272, 24, 24}}}, /* g: 24 and 26 tie; the first wins */
+      {0, 1.1, 0, 1000, 0, 0, {{0}}},
+  };
+  int w, h;
+  uint8_t *g = astronaut_gray(&w, &h);
+  FC_REQUIRE(g);
+  fc_haar *c[2] = {load_cascade(fc_haar_default_cascade()), load_cascade(ALT2)};
+  for (size_t i = 0; c[0] && c[1] && i < sizeof cases / sizeof cases[0]; i++) {
+    fc_haar_params p = {cases[i].scale, cases[i].neighbors, cases[i].min_size, cases[i].max_size};
+    fc_rect out[32];
+    int n = fc_haar_detect(c[cases[i].alt2], g, w, h, w, &p, out, 32);
+    FC_CHECK_INT(n, ==, cases[i].n);
+    int bad = 0;
+    for (int k = 0; k < 3 && k < n && cases[i].boxes[k].w; k++)
+      bad += !rect_eq(out[k], cases[i].boxes[k].x, cases[i].boxes[k].y, cases[i].boxes[k].w,
+                      cases[i].boxes[k].h);
+    if (cases[i].alt2 && cases[i].min_size == 96)
+      for (int k = 0; k < n && k < 32; k++) bad += out[k].w != 92;
+    FC_CHECK_INT(bad, ==, 0);
+    if (n != cases[i].n || bad) fprintf(stderr, "  case %zu differs from cv2\n", i);
+  }
+  fc_haar_destroy(c[0]);
+  fc_haar_destroy(c[1]);
   free(g);
 }
 
@@ -212,22 +257,23 @@ static void test_threads(void) {
 /* A 12×12 window, one stage, one stump on the feature "2·right half − whole window"
  * (threshold 0, leaves −1/+1, stage threshold 0.5): it fires where the right half is brighter.
  * The pieces below are put together, or left out, to make good and broken files. */
-#define HEAD_T(feature_type)                                                                   \
-  "<?xml version=\"1.0\"?>\n<opencv_storage>\n"                                                \
-  "<cascade type_id=\"opencv-cascade-classifier\"><stageType>BOOST</stageType>\n"              \
-  "  <featureType>" feature_type "</featureType>\n  <height>12</height>\n  <width>12</width>\n" \
-  "  <stageParams>\n    <maxWeakCount>1</maxWeakCount></stageParams>\n"                        \
-  "  <featureParams>\n    <maxCatCount>0</maxCatCount></featureParams>\n"                      \
+#define HEAD_T(feature_type)                                                                       \
+  "<?xml version=\"1.0\"?>\n<opencv_storage>\n"                                                    \
+  "<cascade type_id=\"opencv-cascade-classifier\"><stageType>BOOST</stageType>\n"                  \
+  "  <featureType>" feature_type "</featureType>\n  <height>12</height>\n  <width>12</width>\n"    \
+  "  <stageParams>\n    <maxWeakCount>1</maxWeakCount></stageParams>\n"                            \
+  "  <featureParams>\n    <maxCatCount>0</maxCatCount></featureParams>\n"                          \
   "  <stageNum>1</stageNum>\n"
 #define HEAD HEAD_T("HAAR")
-#define STAGES_WITH(nodes, leaves)                                                             \
-  "  <stages>\n    <_>\n      <maxWeakCount>1</maxWeakCount>\n"                                \
-  "      <stageThreshold>5.0e-01</stageThreshold>\n      <weakClassifiers>\n        <_>\n"     \
-  "          <internalNodes>\n            " nodes "</internalNodes>\n"                         \
-  "          <leafValues>\n            " leaves "</leafValues></_></weakClassifiers></_>"      \
+#define STAGES_T(threshold, nodes, leaves)                                                         \
+  "  <stages>\n    <_>\n      <maxWeakCount>1</maxWeakCount>\n"                                    \
+  "      <stageThreshold>" threshold "</stageThreshold>\n      <weakClassifiers>\n        <_>\n"   \
+  "          <internalNodes>\n            " nodes "</internalNodes>\n"                             \
+  "          <leafValues>\n            " leaves "</leafValues></_></weakClassifiers></_>"          \
   "</stages>\n"
+#define STAGES_WITH(nodes, leaves) STAGES_T("5.0e-01", nodes, leaves)
 #define STAGES STAGES_WITH("0 -1 0 0.", "-1. 1.")
-#define FEATURES_WITH(rects)                                                                   \
+#define FEATURES_WITH(rects)                                                                       \
   "  <features>\n    <_>\n      <rects>\n" rects "</rects></_></features>"
 #define RECT(r) "        <_>\n          " r "</_>\n"
 #define FEATURES FEATURES_WITH(RECT("0 0 12 12 -1.") RECT("6 0 6 12 2."))
@@ -243,41 +289,85 @@ static const char *write_tmp(const char *name, const char *data, size_t n) {
   return path;
 }
 
-/* The hand-made cascade on a vertical edge: every candidate can be predicted. */
+/* Runs a hand-made cascade at scale 1 only on a 40×h image (h <= 21) whose columns are dark or
+ * bright as `bright` says. Returns the candidate count; sets *seen to the set of (x, y) found
+ * (bit x/2·5 + y/2) and *bad to the number of boxes off the even 12×12 grid. */
+static int tiny_run(const fc_haar *c, int h, int (*bright)(int), int neighbors, fc_rect *out,
+                    uint64_t *seen, int *bad) {
+  enum { W = 40 };
+  uint8_t g[W * 21];
+  for (int i = 0; i < W * h; i++) g[i] = bright(i % W) ? 255 : 0;
+  fc_haar_params p = {1.1, neighbors, 0, 12}; /* max 12: scale 1 only */
+  int n = fc_haar_detect(c, g, W, h, W, &p, out, 64);
+  *seen = 0, *bad = 0;
+  for (int i = 0; i < n && i < 64; i++) {
+    int off = out[i].x % 2 || out[i].y % 2 || out[i].x > 18 || out[i].y > 8 || out[i].w != 12 ||
+              out[i].h != 12;
+    *bad += off;
+    if (!off) *seen |= 1ull << (out[i].x / 2 * 5 + out[i].y / 2);
+  }
+  return n;
+}
+
+/* The set of (x, y) for x in x0..x1 and y in 0..y1, both in steps of 2, as tiny_run sets it. */
+static uint64_t grid(int x0, int x1, int y1) {
+  uint64_t m = 0;
+  for (int x = x0; x <= x1; x += 2)
+    for (int y = 0; y <= y1; y += 2) m |= 1ull << (x / 2 * 5 + y / 2);
+  return m;
+}
+
+static int edge20(int x) { return x >= 20; }
+static int edge20_mirrored(int x) { return x < 20; }
+static int dark_band(int x) { return x < 10 || x >= 20; } /* bright | dark 10..19 | bright */
+
+/* Hand-made cascades on vertical edges, where every candidate can be predicted. Each
+ * expectation below was also checked against cv2 4.6 with the same XML and image. */
 static void test_tiny_cascade(void) {
   static const char xml[] = HEAD STAGES FEATURES TAIL;
   const char *path = write_tmp("tiny.xml", xml, strlen(xml));
   fc_haar *c = load_cascade(path);
   unlink(path);
   FC_REQUIRE(c);
-  enum { W = 40, H = 20 };
-  uint8_t g[W * H];
-  for (int i = 0; i < W * H; i++) g[i] = i % W < 20 ? 0 : 255;
-  fc_haar_params p = {1.1, 0, 0, 12}; /* max 12: scale 1 only */
   fc_rect out[64];
-  int n = fc_haar_detect(c, g, W, H, W, &p, out, 64);
-  /* Step 2 in x and y; flat windows are rejected by σ <= 10, so the inner 10×10 rect must
-   * straddle the edge at x = 20: x ∈ {10, 12, ..., 18}, y ∈ {0, 2, ..., 8}. */
-  FC_CHECK_INT(n, ==, 25);
-  int bad = 0, seen = 0;
-  for (int i = 0; i < n && i < 64; i++) {
-    bad += out[i].x < 10 || out[i].x > 18 || out[i].x % 2 || out[i].y % 2 || out[i].y > 8 ||
-           out[i].w != 12 || out[i].h != 12;
-    if (!bad) seen |= 1 << ((out[i].x - 10) / 2 * 5 + out[i].y / 2);
-  }
+  uint64_t seen;
+  int bad;
+  /* Flat windows are rejected by σ <= 10, so the inner 10×10 rect must straddle the edge at
+   * x = 20: x ∈ {10, 12, ..., 18} (step 2). With 21 rows, y ∈ {0, 2, ..., 8}. */
+  FC_CHECK_INT(tiny_run(c, 21, edge20, 0, out, &seen, &bad), ==, 25);
   FC_CHECK_INT(bad, ==, 0);
-  FC_CHECK_INT(seen, ==, (1 << 25) - 1);
+  FC_CHECK(seen == grid(10, 18, 8));
+  /* With 20 rows y = 8 is a valid position too, but cv2's row stripes (one stripe of
+   * 4 steps here) end before it, so it is never scanned. */
+  FC_CHECK_INT(tiny_run(c, 20, edge20, 0, out, &seen, &bad), ==, 20);
+  FC_CHECK_INT(bad, ==, 0);
+  FC_CHECK(seen == grid(10, 18, 6));
   /* Mirrored edge (bright on the left): the feature is negative, nothing fires. */
-  for (int i = 0; i < W * H; i++) g[i] = (uint8_t)(255 - g[i]);
-  FC_CHECK_INT(fc_haar_detect(c, g, W, H, W, &p, out, 64), ==, 0);
-  /* Grouping: neighbours 2 px apart are similar (δ = 0.2·12 = 2.4), so the 25 boxes form one
-   * cluster, averaged to (14, 4). */
-  for (int i = 0; i < W * H; i++) g[i] = (uint8_t)(255 - g[i]);
-  p.min_neighbors = 3;
-  n = fc_haar_detect(c, g, W, H, W, &p, out, 64);
-  FC_CHECK_INT(n, ==, 1);
-  FC_CHECK(n < 1 || rect_eq(out[0], 14, 4, 12, 12));
+  FC_CHECK_INT(tiny_run(c, 20, edge20_mirrored, 0, out, &seen, &bad), ==, 0);
+  /* Bright-dark-bright: windows at x = 0, 4, 8 straddle the falling edge and fail stage 0, so
+   * x = 2, 6 and 10 are skipped; 10 would have passed. */
+  FC_CHECK_INT(tiny_run(c, 20, dark_band, 0, out, &seen, &bad), ==, 16);
+  FC_CHECK(seen == grid(12, 18, 6));
+  /* Grouping: neighbours 2 px apart are similar (δ = 0.2·12 = 2.4), so the 20 boxes form one
+   * cluster, averaged to (14, 3). */
+  FC_CHECK_INT(tiny_run(c, 20, edge20, 3, out, &seen, &bad), ==, 1);
+  FC_CHECK(rect_eq(out[0], 14, 3, 12, 12));
   fc_haar_destroy(c);
+
+  /* Stage threshold 1.000001 with leaf +1: passes only because, like OpenCV, the loader lowers
+   * every stage threshold by 1e-5. At 1.0001 it fails. */
+  static const char eps_xml[] = HEAD STAGES_T("1.000001", "0 -1 0 0.", "-1. 1.") FEATURES TAIL;
+  static const char no_xml[] = HEAD STAGES_T("1.0001", "0 -1 0 0.", "-1. 1.") FEATURES TAIL;
+  const char *xmls[2] = {eps_xml, no_xml};
+  const int want[2] = {20, 0};
+  for (int k = 0; k < 2; k++) {
+    path = write_tmp("tiny_eps.xml", xmls[k], strlen(xmls[k]));
+    c = load_cascade(path);
+    unlink(path);
+    FC_REQUIRE(c);
+    FC_CHECK_INT(tiny_run(c, 20, edge20, 0, out, &seen, &bad), ==, want[k]);
+    fc_haar_destroy(c);
+  }
 }
 
 static void expect_reject(const char *name, const char *xml, size_t n, int code) {
@@ -309,8 +399,7 @@ static void test_malformed_xml(void) {
   REJECT("missing_stages.xml", HEAD FEATURES TAIL, FC_EFORMAT);
   REJECT("missing_features.xml", HEAD STAGES TAIL, FC_EFORMAT);
   REJECT("unclosed.xml", HEAD STAGES FEATURES "</cascade>\n", FC_EFORMAT);
-  REJECT("bad_number.xml", HEAD STAGES_WITH("0 -1 zero 0.", "-1. 1.") FEATURES TAIL,
-         FC_EFORMAT);
+  REJECT("bad_number.xml", HEAD STAGES_WITH("0 -1 zero 0.", "-1. 1.") FEATURES TAIL, FC_EFORMAT);
   REJECT("bad_feature_index.xml", HEAD STAGES_WITH("0 -1 7 0.", "-1. 1.") FEATURES TAIL,
          FC_EFORMAT);
   REJECT("bad_child.xml", HEAD STAGES_WITH("1 -1 0 0.", "-1. 1.") FEATURES TAIL, FC_EFORMAT);
@@ -358,12 +447,13 @@ int main(void) {
   FC_RUN(test_astronaut_default);
   FC_RUN(test_astronaut_alt2);
   FC_RUN(test_raw_candidates);
+  FC_RUN(test_opencv_table);
   FC_RUN(test_blank_and_tiny);
   FC_RUN(test_bad_args);
   FC_RUN(test_threads);
   FC_RUN(test_tiny_cascade);
   FC_RUN(test_malformed_xml);
   FC_RUN(test_missing_file);
-  rmdir(tmpdir);
+  fc_test_rmtree(tmpdir);
   FC_TEST_EXIT();
 }

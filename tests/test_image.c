@@ -8,6 +8,7 @@
 
 #include "fc_test.h"
 
+#include <dirent.h>
 #include <png.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -117,10 +118,12 @@ static void test_load_astronaut(void) {
   FC_CHECK_INT(img.h, ==, 512);
   FC_CHECK_INT(img.stride, >=, 3 * 512);
   /* Values as cv2.imread gives them (BGR swapped to RGB). */
-  static const struct { int x, y; uint8_t rgb[3], grey; } ref[] = {
-      {0, 0, {154, 147, 151}, 150},   {511, 0, {125, 119, 110}, 120},
-      {0, 511, {184, 167, 172}, 173}, {511, 511, {0, 0, 0}, 0},
-      {200, 100, {81, 57, 17}, 60},   {300, 400, {131, 118, 97}, 119},
+  static const struct {
+    int x, y;
+    uint8_t rgb[3], grey;
+  } ref[] = {
+      {0, 0, {154, 147, 151}, 150}, {511, 0, {125, 119, 110}, 120}, {0, 511, {184, 167, 172}, 173},
+      {511, 511, {0, 0, 0}, 0},     {200, 100, {81, 57, 17}, 60},   {300, 400, {131, 118, 97}, 119},
       {256, 256, {19, 14, 7}, 15},
   };
   uint8_t *grey = malloc(512 * 512);
@@ -150,9 +153,8 @@ static void test_load_astronaut(void) {
 static void test_gray_coefficients(void) {
   fc_image img;
   FC_REQUIRE(fc_image_alloc(&img, 4, 2) == FC_OK);
-  static const uint8_t colours[8][3] = {{255, 0, 0},   {0, 255, 0},     {0, 0, 255},
-                                        {255, 255, 255}, {0, 0, 0},     {1, 2, 3},
-                                        {128, 64, 32}, {10, 200, 100}};
+  static const uint8_t colours[8][3] = {{255, 0, 0}, {0, 255, 0}, {0, 0, 255},   {255, 255, 255},
+                                        {0, 0, 0},   {1, 2, 3},   {128, 64, 32}, {10, 200, 100}};
   for (int i = 0; i < 8; i++) memcpy(img.rgb + 3 * i, colours[i], 3);
   uint8_t g[2 * 5];
   memset(g, 0xee, sizeof g);
@@ -331,6 +333,7 @@ static void test_malformed(void) {
   char missing[160];
   snprintf(missing, sizeof missing, "%s/does_not_exist.png", tmpdir);
   expect_load_error(missing, FC_ENOTFOUND);
+  expect_load_error(tmpdir, FC_EIO); /* a directory */
   unlink(path);
 
   /* Memory entry point: NULL name still gives a detail. */
@@ -399,6 +402,6 @@ int main(void) {
   FC_RUN(test_jpeg_load);
   FC_RUN(test_malformed);
   FC_RUN(test_resize_region);
-  rmdir(tmpdir);
+  fc_test_rmtree(tmpdir);
   FC_TEST_EXIT();
 }

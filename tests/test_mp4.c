@@ -493,42 +493,6 @@ static void test_write_error(void) {
   FC_CHECK(!file_exists(path));
 }
 
-/* Frames per second the writer sustains at 512×512 with the renderer's interleaving, per
- * preset. The frames are generated beforehand (a second's worth, cycled) so the figure is the
- * writer's: copy in, x264, AAC, mux, write. Printed, not checked: it depends on the machine. */
-static void test_throughput(void) {
-  static const char *const presets[] = {"veryfast", "ultrafast"};
-  enum { W = 512, H = 512, N = 500, DISTINCT = FPS };
-  const size_t fsize = (size_t)W * H * 3 / 2;
-  uint8_t *frames = malloc(fsize * DISTINCT);
-  int16_t pcm[CHUNK];
-  FC_REQUIRE(frames != NULL);
-  for (int i = 0; i < DISTINCT; i++) fill_frame(frames + fsize * i, W, H, i);
-  fill_sine(pcm, CHUNK, 0);
-  for (int k = 0; k < 2; k++) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/speed-%s.mp4", tmpdir, presets[k]);
-    fc_mp4_params p = fc_mp4_params_default(W, H);
-    p.preset = presets[k];
-    int err = 0, rc = 0;
-    double t0 = now_s();
-    fc_mp4_writer *w = fc_mp4_writer_create(path, &p, &err);
-    FC_CHECK(w != NULL);
-    for (int i = 0; w && i < N && !rc; i++) {
-      rc = fc_mp4_writer_push_audio(w, pcm, CHUNK, (int64_t)i * CHUNK);
-      if (!rc) rc = fc_mp4_writer_push_video(w, frames + fsize * (i % DISTINCT), i);
-    }
-    if (w && !rc) rc = fc_mp4_writer_finish(w);
-    double t = now_s() - t0;
-    FC_CHECK_INT(rc, ==, 0);
-    fc_mp4_writer_destroy(w);
-    fprintf(stderr, "     512x512 %-9s: %d frames (%d s of video) in %.2f s = %.0f frames/s\n",
-            presets[k], N, N / FPS, t, N / t);
-    unlink(path);
-  }
-  free(frames);
-}
-
 int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "--fsize-child")) return fsize_child(argv[2]);
 
@@ -546,7 +510,6 @@ int main(int argc, char **argv) {
   FC_RUN(test_destroy_without_finish);
   FC_RUN(test_zero_frames);
   FC_RUN(test_write_error);
-  FC_RUN(test_throughput);
   if (rmdir(tmpdir) != 0) {
     fprintf(stderr, "leftover files in %s: %s\n", tmpdir, strerror(errno));
     fc_test_failed_ = 1;

@@ -8,6 +8,10 @@
  *   built, and every window (step 2 below factor 2, else 1) is normalised by its standard
  *   deviation and run through the boosted stages. The float32/double split below is deliberate:
  *   it is what makes borderline windows go the same way as in OpenCV.
+ * - Two cv2 4.6 behaviours that formats.md does not describe were found by probing cv2 with
+ *   hand-made cascades and are reproduced: the row stripes of its thread pool can leave the
+ *   last row of windows of a level unscanned (see the scan loop), and when no scale lies in
+ *   [min_size, max_size] the one nearest min_size is used (pick_scales).
  * - The XML is read with GLib's GMarkupParser. Parsing tracks the element path
  *   ("stages/_/weakClassifiers/_/leafValues") and fills flat arrays; every index read from
  *   the file is validated before detection may use it, so a hostile file cannot make the
@@ -33,17 +37,32 @@
 #include <string.h>
 
 #define HAAR_MAX_RECTS 3
-#define HAAR_MAX_WIN 1024    /* sanity bound on the cascade window side */
-#define HAAR_MAX_SIDE 65535  /* sanity bound on the image side */
-#define THRESHOLD_EPS 1e-5f  /* OpenCV lowers every stage threshold by this when loading */
-#define GROUP_EPS 0.2        /* groupRectangles' eps in detectMultiScale */
+#define HAAR_MAX_WIN 1024   /* sanity bound on the cascade window side */
+#define HAAR_MAX_SIDE 65535 /* sanity bound on the image side */
+#define THRESHOLD_EPS 1e-5f /* OpenCV lowers every stage threshold by this when loading */
+#define GROUP_EPS 0.2       /* groupRectangles' eps in detectMultiScale */
 
-typedef struct { int x, y, w, h; float weight; } haar_rect;
-typedef struct { int nrects; haar_rect r[HAAR_MAX_RECTS]; } haar_feature;
+typedef struct {
+  int x, y, w, h;
+  float weight;
+} haar_rect;
+typedef struct {
+  int nrects;
+  haar_rect r[HAAR_MAX_RECTS];
+} haar_feature;
 /* left/right: > 0 is a node index within the tree, <= 0 is leaf number -child. */
-typedef struct { int left, right, feature; float threshold; } haar_node;
-typedef struct { int node0, nnodes, leaf0, nleaves; } haar_weak;
-typedef struct { int weak0, nweak, max_weak; float threshold; int has_threshold; } haar_stage;
+typedef struct {
+  int left, right, feature;
+  float threshold;
+} haar_node;
+typedef struct {
+  int node0, nnodes, leaf0, nleaves;
+} haar_weak;
+typedef struct {
+  int weak0, nweak, max_weak;
+  float threshold;
+  int has_threshold;
+} haar_stage;
 
 struct fc_haar {
   int win_w, win_h;
@@ -77,11 +96,11 @@ void fc_haar_destroy(fc_haar *h) {
 /* ---- XML loading ----------------------------------------------------------------------- */
 
 typedef struct parse_ctx {
-  GString *path;   /* element path from the root, '/'-separated */
-  GArray *lens;    /* path length before each open element */
-  GString *text;   /* character data of the innermost element */
-  GArray *nums;    /* scratch for parsed numbers (double) */
-  int err;         /* FC_E* of the first semantic problem, 0 if none */
+  GString *path; /* element path from the root, '/'-separated */
+  GArray *lens;  /* path length before each open element */
+  GString *text; /* character data of the innermost element */
+  GArray *nums;  /* scratch for parsed numbers (double) */
+  int err;       /* FC_E* of the first semantic problem, 0 if none */
   char detail[200];
   int saw_cascade;
   char stage_type[16], feature_type[16];
@@ -220,11 +239,10 @@ static void read_rect(parse_ctx *c, haar_feature *f, GError **error) {
 
 static void on_end(GMarkupParseContext *mc, const char *name, gpointer user, GError **error) {
   parse_ctx *c = user;
-  const char *rel = g_str_has_prefix(c->path->str, CASCADE_PREFIX)
-                        ? c->path->str + strlen(CASCADE_PREFIX)
-                        : NULL;
-  haar_stage *st = c->stages->len ? &g_array_index(c->stages, haar_stage, c->stages->len - 1)
-                                  : NULL;
+  const char *rel =
+      g_str_has_prefix(c->path->str, CASCADE_PREFIX) ? c->path->str + strlen(CASCADE_PREFIX) : NULL;
+  haar_stage *st =
+      c->stages->len ? &g_array_index(c->stages, haar_stage, c->stages->len - 1) : NULL;
   haar_weak *wk = c->weaks->len ? &g_array_index(c->weaks, haar_weak, c->weaks->len - 1) : NULL;
   gboolean ok = TRUE;
   if (!rel) {
@@ -299,7 +317,7 @@ static int validate(parse_ctx *c) {
   if (c->win_w < 3 || c->win_h < 3 || c->win_w > HAAR_MAX_WIN || c->win_h > HAAR_MAX_WIN)
     return fail(c, NULL, FC_EFORMAT, "bad window size %dx%d", c->win_w, c->win_h);
   if (c->stages->len == 0) return fail(c, NULL, FC_EFORMAT, "no stages");
-  if (c->stage_num != (int)c->stages->len)
+  if (c->stage_num >= 0 && c->stage_num != (int)c->stages->len)
     return fail(c, NULL, FC_EFORMAT, "stageNum %d but %u stages", c->stage_num, c->stages->len);
   if (c->features->len == 0) return fail(c, NULL, FC_EFORMAT, "no features");
   for (guint i = 0; i < c->features->len; i++) {
@@ -310,14 +328,14 @@ static int validate(parse_ctx *c) {
       if (r->x < 0 || r->y < 0 || r->w < 0 || r->h < 0 || r->x + r->w > c->win_w ||
           r->y + r->h > c->win_h || !isfinite(r->weight))
         return fail(c, NULL, FC_EFORMAT, "feature %u: rect outside the %dx%d window", i, c->win_w,
-                        c->win_h);
+                    c->win_h);
     }
   }
   for (guint i = 0; i < c->weaks->len; i++) {
     const haar_weak *wk = &g_array_index(c->weaks, haar_weak, i);
     if (wk->nnodes == 0 || wk->nleaves != wk->nnodes + 1)
       return fail(c, NULL, FC_EFORMAT, "weak classifier %u: %d nodes, %d leaves", i, wk->nnodes,
-                      wk->nleaves);
+                  wk->nleaves);
     for (int j = 0; j < wk->nnodes; j++) {
       const haar_node *nd = &g_array_index(c->nodes, haar_node, wk->node0 + j);
       /* Children must point forward, which also rules out cycles. */
@@ -328,7 +346,7 @@ static int validate(parse_ctx *c) {
           return fail(c, NULL, FC_EFORMAT, "weak classifier %u: bad child %d", i, kids[k]);
       if (nd->feature >= (int)c->features->len)
         return fail(c, NULL, FC_EFORMAT, "weak classifier %u: feature %d of %u", i, nd->feature,
-                        c->features->len);
+                    c->features->len);
     }
   }
   return FC_OK;
@@ -470,8 +488,7 @@ static void exact_axis(int S, int D, int *tab) {
 }
 
 static void exact_hpass(const uint8_t *src, const int *xt, int dw, int32_t *out) {
-  for (int x = 0; x < dw; x++, xt += 3)
-    out[x] = (256 - xt[2]) * src[xt[0]] + xt[2] * src[xt[1]];
+  for (int x = 0; x < dw; x++, xt += 3) out[x] = (256 - xt[2]) * src[xt[0]] + xt[2] * src[xt[1]];
 }
 
 /* Bit-exact cv2.resize(INTER_LINEAR_EXACT) of 8-bit grey. Keeps the two most recent
@@ -496,7 +513,8 @@ static void resize_exact(const uint8_t *src, int sw, int sh, int sstride, uint8_
       tag[b] = y1;
     }
     uint8_t *d = dst + (size_t)y * dw;
-    for (int x = 0; x < dw; x++) d[x] = (uint8_t)((c0 * rows[a][x] + c1 * rows[b][x] + 32768) >> 16);
+    for (int x = 0; x < dw; x++)
+      d[x] = (uint8_t)((c0 * rows[a][x] + c1 * rows[b][x] + 32768) >> 16);
   }
 }
 
@@ -522,8 +540,8 @@ static void integrals(const uint8_t *img, int w, int h, int istride, uint32_t *s
 /* Runs the cascade on the window whose integral-image corner is p (q for squares).
  * Returns 1 if every stage passes, 0 if stage 0 fails (the caller then skips a position),
  * -1 if the window is too flat (σ <= 10) or a later stage fails. */
-static int run_window(const fc_haar *h, const cnode *cn, const uint32_t *p,
-                      const uint32_t *q, const int norm[4], int area) {
+static int run_window(const fc_haar *h, const cnode *cn, const uint32_t *p, const uint32_t *q,
+                      const int norm[4], int area) {
   int s = rect_sum(p, norm), s2 = rect_sum(q, norm);
   double nf = (double)area * s2 - (double)s * s;
   if (nf <= 0) return -1;
@@ -627,6 +645,55 @@ cleanup:
   return kept;
 }
 
+#define HAAR_MAX_SCALES 100000 /* a scale factor of 1 + 1e-9 would otherwise run for ever */
+
+/* The factors detectMultiScale scans, as cv2 4.6 chooses them: of 1, s, s², … whose window
+ * (rounded from the double factor) fits the image, those whose window (rounded from the float
+ * factor) lies within [min_size, max_size], stopping at the first above max_size; if none does,
+ * the single one whose window is nearest min_size (first of equals). The fallback is not in
+ * formats.md; it was found by probing cv2 and is reproduced for the sake of identical boxes.
+ * Returns the count and a malloc'd list in *out, or a negative error. */
+static int pick_scales(const fc_haar *h, int w, int hgt, const fc_haar_params *p, float **out) {
+  float *all = NULL;
+  int n = 0, cap = 0;
+  *out = NULL;
+  for (double factor = 1.0;; factor *= p->scale_factor) {
+    if (lrint(h->win_w * factor) > w || lrint(h->win_h * factor) > hgt) break;
+    if (n == cap) {
+      if (cap >= HAAR_MAX_SCALES) {
+        free(all);
+        return fc_error_set(FC_EINVAL, "fc_haar_detect: scale factor %.17g gives too many scales",
+                            p->scale_factor);
+      }
+      float *grown = realloc(all, sizeof *all * (size_t)(cap = cap ? 2 * cap : 64));
+      if (!grown) {
+        free(all);
+        return fc_error_set(FC_ENOMEM, "fc_haar_detect: out of memory for scales");
+      }
+      all = grown;
+    }
+    all[n++] = (float)factor;
+  }
+  int max_w = p->max_size > 0 ? p->max_size : w, max_h = p->max_size > 0 ? p->max_size : hgt;
+  int kept = 0, best = 0;
+  double best_d = INFINITY;
+  for (int i = 0; i < n; i++) {
+    int ww = (int)lrintf((float)h->win_w * all[i]), wh = (int)lrintf((float)h->win_h * all[i]);
+    double d = (double)(p->min_size - ww) * (p->min_size - ww) +
+               (double)(p->min_size - wh) * (p->min_size - wh);
+    if (d < best_d) best = i, best_d = d;
+  }
+  for (int i = 0; i < n; i++) {
+    int ww = (int)lrintf((float)h->win_w * all[i]), wh = (int)lrintf((float)h->win_h * all[i]);
+    if (ww > max_w || wh > max_h) break;
+    if (ww < p->min_size || wh < p->min_size) continue;
+    all[kept++] = all[i]; /* kept <= i: compacting in place is safe */
+  }
+  if (kept == 0 && n > 0) all[kept++] = all[best];
+  *out = all;
+  return kept;
+}
+
 static int by_area_desc(const void *pa, const void *pb) {
   const fc_rect *a = pa, *b = pb;
   long long aa = (long long)a->w * a->h, ab = (long long)b->w * b->h;
@@ -639,12 +706,11 @@ int fc_haar_detect(const fc_haar *h, const uint8_t *gray, int w, int hgt, int st
                    const fc_haar_params *p, fc_rect *out, int max_out) {
   fc_haar_params defaults = fc_haar_params_default();
   if (!p) p = &defaults;
-  if (!h || !gray || w <= 0 || hgt <= 0 || w > HAAR_MAX_SIDE || hgt > HAAR_MAX_SIDE ||
-      stride < w || max_out < 0 || (max_out > 0 && !out))
-    return fc_error_set(FC_EINVAL, "fc_haar_detect: invalid image or output (%dx%d, stride %d)",
-                        w, hgt, stride);
-  if (!(p->scale_factor > 1.0) || !isfinite(p->scale_factor) || p->min_size < 0 ||
-      p->max_size < 0)
+  if (!h || !gray || w <= 0 || hgt <= 0 || w > HAAR_MAX_SIDE || hgt > HAAR_MAX_SIDE || stride < w ||
+      max_out < 0 || (max_out > 0 && !out))
+    return fc_error_set(FC_EINVAL, "fc_haar_detect: invalid image or output (%dx%d, stride %d)", w,
+                        hgt, stride);
+  if (!(p->scale_factor > 1.0) || !isfinite(p->scale_factor) || p->min_size < 0 || p->max_size < 0)
     return fc_error_set(FC_EINVAL, "fc_haar_detect: invalid parameters (scale %g, size %d..%d)",
                         p->scale_factor, p->min_size, p->max_size);
 
@@ -656,6 +722,7 @@ int fc_haar_detect(const fc_haar *h, const uint8_t *gray, int w, int hgt, int st
   uint32_t *sq = calloc(st * (hgt + 1), sizeof(uint32_t));
   cnode *cn = calloc((size_t)h->nnodes, sizeof *cn);
   fc_rect *cand = NULL;
+  float *scales = NULL;
   int rc = FC_OK;
   if (!level || !rows || !axis || !sum || !sq || !cn) {
     rc = fc_error_set(FC_ENOMEM, "fc_haar_detect: out of memory for a %dx%d image", w, hgt);
@@ -684,21 +751,23 @@ int fc_haar_detect(const fc_haar *h, const uint8_t *gray, int w, int hgt, int st
   }
   int norm[4], area = (h->win_w - 2) * (h->win_h - 2);
   rect_offsets(1, 1, h->win_w - 2, h->win_h - 2, (int)st, norm);
-  int max_w = p->max_size > 0 ? p->max_size : w, max_h = p->max_size > 0 ? p->max_size : hgt;
   int32_t *hrows[2] = {rows, rows + w};
   int nstripes = 0; /* set at the first level */
+  int nscales = pick_scales(h, w, hgt, p, &scales);
+  if (nscales < 0) {
+    rc = nscales;
+    goto cleanup;
+  }
 
-  for (double factor = 1.0;; factor *= p->scale_factor) {
-    int win_w = (int)lrint(h->win_w * factor), win_h = (int)lrint(h->win_h * factor);
-    if (win_w > max_w || win_h > max_h || win_w > w || win_h > hgt) break;
-    if (win_w < p->min_size || win_h < p->min_size) continue;
-    float f = (float)factor;
+  for (int si = 0; si < nscales; si++) {
+    float f = scales[si];
     int sw = (int)lrintf((float)w / f), sh = (int)lrintf((float)hgt / f);
     if (sw > w) sw = w; /* f >= 1, so only float noise could do this */
     if (sh > hgt) sh = hgt;
-    /* OpenCV cuts each level's rows into stripes for its thread pool, their number fixed by
-     * the first level's width, and (see formats.md §2.2 step 5, amended) the stripes can stop
-     * one window row short of the bottom. Reproduce their extent. */
+    /* cv2 cuts each level's rows into stripes for its thread pool, as many as the first
+     * level's window columns / 32, rounded up, and each stripe a whole number of steps; the
+     * stripes can end one window row short of the bottom, and those windows are never run.
+     * Found by probing cv2 (formats.md §2.2 step 5 says every row is scanned). */
     if (!nstripes) nstripes = MAX((sw - h->win_w + 1 + 31) / 32, 1);
     if (sw < h->win_w || sh < h->win_h) continue;
     const uint8_t *img = gray;
@@ -733,8 +802,8 @@ int fc_haar_detect(const fc_haar *h, const uint8_t *gray, int w, int hgt, int st
           cand = grown;
           cap = ncap;
         }
-        cand[ncand++] = (fc_rect){(int)lrintf((float)x * f), (int)lrintf((float)y * f), out_w,
-                                  out_h};
+        cand[ncand++] =
+            (fc_rect){(int)lrintf((float)x * f), (int)lrintf((float)y * f), out_w, out_h};
       }
     }
   }
@@ -763,5 +832,6 @@ cleanup:
   free(sq);
   free(cn);
   free(cand);
+  free(scales);
   return rc;
 }

@@ -16,6 +16,7 @@
  * - Resizing uses 8-bit fixed-point weights (like INTER_LINEAR_EXACT) so results are the same
  *   on every machine and compiler.
  */
+#include "core/file.h"
 #include "facecast/image.h"
 
 #include "facecast/error.h"
@@ -27,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* jpeglib.h needs FILE and size_t declared first; jerror.h needs jpeglib.h. */
 #include <jpeglib.h>
@@ -35,12 +37,13 @@
 
 #define FC_IMAGE_MAX_SIDE 32768
 #define FC_IMAGE_MAX_PIXELS (1L << 28) /* 256 Mpixel, 768 MiB of RGB */
+#define FC_IMAGE_MAX_FILE (1 << 30)    /* compressed input, bytes */
 
 static const uint8_t png_magic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
 static const uint8_t jpeg_magic[3] = {0xff, 0xd8, 0xff};
 
 int fc_image_alloc(fc_image *img, int w, int h) {
-  if (!img) return FC_EINVAL;
+  if (!img) return fc_error_set(FC_EINVAL, "fc_image_alloc: NULL image");
   memset(img, 0, sizeof *img);
   if (w <= 0 || h <= 0 || w > FC_IMAGE_MAX_SIDE || h > FC_IMAGE_MAX_SIDE ||
       (long)w * h > FC_IMAGE_MAX_PIXELS)
@@ -88,8 +91,8 @@ static int decode_png(const uint8_t *data, size_t size, const char *name, fc_ima
   if (!src) return fc_error_set(FC_ENOMEM, "%s: out of memory", name);
   src->data = data;
   src->size = size;
-  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, src, png_on_error,
-                                           png_on_warning);
+  png_structp png =
+      png_create_read_struct(PNG_LIBPNG_VER_STRING, src, png_on_error, png_on_warning);
   png_infop info = png ? png_create_info_struct(png) : NULL;
   int rc = FC_OK;
   if (!png || !info) {
@@ -107,13 +110,13 @@ static int decode_png(const uint8_t *data, size_t size, const char *name, fc_ima
   png_read_info(png, info);
   png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
   if ((unsigned long)w * h > (unsigned long)FC_IMAGE_MAX_PIXELS) {
-    rc = fc_error_set(FC_EUNSUPPORTED, "%s: PNG of %ux%u pixels is too large", name,
-                      (unsigned)w, (unsigned)h);
+    rc = fc_error_set(FC_EUNSUPPORTED, "%s: PNG of %ux%u pixels is too large", name, (unsigned)w,
+                      (unsigned)h);
     goto cleanup;
   }
   /* Normalise every colour type and depth to 8-bit RGB without alpha. */
-  png_set_expand(png);     /* palette -> RGB, grey < 8 bit -> 8 bit, tRNS -> alpha */
-  png_set_strip_16(png);   /* 16 -> 8 bit */
+  png_set_expand(png);   /* palette -> RGB, grey < 8 bit -> 8 bit, tRNS -> alpha */
+  png_set_strip_16(png); /* 16 -> 8 bit */
   png_set_strip_alpha(png);
   png_set_gray_to_rgb(png);
   png_set_interlace_handling(png);
@@ -222,41 +225,17 @@ int fc_image_load_mem(const void *data, size_t size, const char *name, fc_image 
       (size < sizeof jpeg_magic && !memcmp(p, jpeg_magic, size)))
     return fc_error_set(FC_EFORMAT, "%s: truncated image (%zu bytes)", name, size);
   return fc_error_set(FC_EUNSUPPORTED,
-                      "%s: not a PNG or JPEG file (starts with %02x %02x %02x %02x)", name,
-                      p[0], size > 1 ? p[1] : 0, size > 2 ? p[2] : 0, size > 3 ? p[3] : 0);
+                      "%s: not a PNG or JPEG file (starts with %02x %02x %02x %02x)", name, p[0],
+                      size > 1 ? p[1] : 0, size > 2 ? p[2] : 0, size > 3 ? p[3] : 0);
 }
 
 int fc_image_load(const char *path, fc_image *out) {
   if (!path || !out) return fc_error_set(FC_EINVAL, "fc_image_load: NULL argument");
   memset(out, 0, sizeof *out);
   uint8_t *buf = NULL;
-  int rc = FC_OK;
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    int e = errno;
-    return fc_error_set(e == ENOENT || e == ENOTDIR ? FC_ENOTFOUND : FC_EIO, "%s: %s", path,
-                        strerror(e));
-  }
-  long size;
-  if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
-    rc = fc_error_set(FC_EIO, "%s: cannot determine size: %s", path, strerror(errno));
-    goto cleanup;
-  }
-  if (size > 0) {
-    buf = malloc((size_t)size);
-    if (!buf) {
-      rc = fc_error_set(FC_ENOMEM, "%s: out of memory for %ld bytes", path, size);
-      goto cleanup;
-    }
-    if (fread(buf, 1, (size_t)size, f) != (size_t)size) {
-      rc = fc_error_set(FC_EIO, "%s: read failed", path);
-      goto cleanup;
-    }
-  }
-  rc = fc_image_load_mem(buf, (size_t)size, path, out);
-
-cleanup:
-  fclose(f);
+  size_t size = 0;
+  int rc = fc_file_read(path, FC_IMAGE_MAX_FILE, &buf, &size);
+  if (rc == FC_OK) rc = fc_image_load_mem(buf, size, path, out);
   free(buf);
   return rc;
 }
@@ -325,8 +304,7 @@ void fc_image_to_gray(const fc_image *img, uint8_t *gray, int gray_stride) {
 
 /* Source sample positions and weights along one axis: the left/top pixel index, clamped into
  * the image, and the 1/256 weight of its right/bottom neighbour. */
-static void resize_axis(int src_len, int crop_pos, int crop_len, int dst_len, int *idx,
-                        int *w1) {
+static void resize_axis(int src_len, int crop_pos, int crop_len, int dst_len, int *idx, int *w1) {
   double scale = crop_len > 0 ? (double)crop_len / dst_len : 0.0;
   for (int d = 0; d < dst_len; d++) {
     double s = crop_pos + (d + 0.5) * scale - 0.5;
