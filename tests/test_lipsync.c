@@ -119,23 +119,24 @@ static void test_stream_speech_vs_silence(void) {
   fc_speech sp;
   FC_REQUIRE(fc_tts_speak("Hello there, how are you today?", NULL, &sp) == 0);
   float *sil = calloc(16000, sizeof(float));
-  FC_REQUIRE(fc_stream_push_speech(st, sil, 16000, NULL, 0) == 0); /* 25 silent frames */
-  FC_REQUIRE(fc_stream_push_speech(st, sp.audio.samples, sp.audio.n, sp.ph, sp.n_ph) == 0);
-  FC_REQUIRE(fc_stream_push_speech(st, sil, 16000, NULL, 0) == 0);
+  FC_REQUIRE(fc_stream_push_audio(st, sil, 16000) == 0); /* 25 silent frames */
+  FC_REQUIRE(fc_stream_push_speech(st, sp.audio.samples, sp.audio.n, sp.ph, sp.n_ph, NULL) == 0);
+  FC_REQUIRE(fc_stream_push_audio(st, sil, 16000) == 0);
   fc_stream_end(st);
   int64_t total = fc_stream_frames_total(st);
-  FC_CHECK_INT(total, ==, (int64_t)(32000 + sp.audio.n + 639) / 640);
+  FC_CHECK_INT(total, ==, 50 + (int64_t)(sp.audio.n + 639) / 640);
   int w = fc_avatar_width(av);
   size_t fsz = (size_t)w * fc_avatar_height(av) * 3 / 2;
   uint8_t *rest = malloc(fsz);
   const fc_mouth_geom *g = fc_avatar_mouth(av, 0);
   fc_rect mouth = {(int)(g->cx - g->half_w), (int)(g->cy - 10), (int)(2 * g->half_w), 30};
   double sil_max = 0, speech_max = 0;
-  int64_t n = 0, idx;
+  int64_t n = 0;
+  fc_frame_info fi;
   const uint8_t *img;
   const int16_t *pcm;
-  while ((err = fc_stream_next_frame(st, &idx, &img, &pcm)) == 0) {
-    FC_CHECK_INT(idx, ==, n);
+  while ((err = fc_stream_next_frame(st, &fi, &img, &pcm)) == 0) {
+    FC_CHECK_INT(fi.index, ==, n);
     if (n == 5) memcpy(rest, img, fsz);
     if (n > 5 && n < 25) sil_max = fmax(sil_max, region_diff(rest, img, w, mouth));
     if (n >= 25 && n < total - 25) speech_max = fmax(speech_max, region_diff(rest, img, w, mouth));
@@ -151,7 +152,7 @@ static void test_stream_speech_vs_silence(void) {
   FC_CHECK(sil_max < 0.5);
   FC_CHECK(speech_max > 15);
   FC_CHECK(speech_max > 20 * (sil_max + 0.1));
-  FC_CHECK_INT(fc_stream_push_speech(st, sil, 10, NULL, 0), ==, FC_EINVAL); /* after the end */
+  FC_CHECK_INT(fc_stream_push_speech(st, sil, 10, NULL, 0, NULL), ==, FC_EINVAL); /* ended */
   fc_stream_destroy(st);
   fc_speech_free(&sp);
   free(sil), free(rest);
@@ -163,22 +164,89 @@ static void test_stream_partial_and_again(void) {
   fc_stream *st = fc_stream_create(&p, &err);
   FC_REQUIRE(st);
   float buf[1000] = {0};
-  int64_t idx;
+  fc_frame_info fi;
   const uint8_t *img;
   const int16_t *pcm;
-  FC_REQUIRE(fc_stream_push_speech(st, buf, 1000, NULL, 0) == 0);
-  FC_CHECK_INT(fc_stream_next_frame(st, &idx, &img, &pcm), ==, 0); /* one full frame */
-  FC_CHECK_INT(fc_stream_next_frame(st, &idx, &img, &pcm), ==, FC_EAGAIN);
+  FC_REQUIRE(fc_stream_push_audio(st, buf, 1000) == 0);
+  FC_CHECK_INT(fc_stream_next_frame(st, &fi, &img, &pcm), ==, 0); /* one full frame */
+  FC_CHECK_INT(fc_stream_next_frame(st, &fi, &img, &pcm), ==, FC_EAGAIN);
   fc_stream_end(st);
-  FC_CHECK_INT(fc_stream_next_frame(st, &idx, &img, &pcm), ==, 0); /* the padded remainder */
-  FC_CHECK_INT(idx, ==, 1);
+  FC_CHECK_INT(fc_stream_next_frame(st, &fi, &img, &pcm), ==, 0); /* the padded remainder */
+  FC_CHECK_INT(fi.index, ==, 1);
   FC_CHECK_INT(pcm[639], ==, 0);
-  FC_CHECK_INT(fc_stream_next_frame(st, &idx, &img, &pcm), ==, FC_EEOF);
+  FC_CHECK_INT(fc_stream_next_frame(st, &fi, &img, &pcm), ==, FC_EEOF);
   fc_stream_destroy(st);
   fc_lipsync_params bad = {.model = "no-such-model"};
   FC_CHECK(fc_lipsync_create(&bad, &err) == NULL);
   FC_CHECK_INT(err, ==, FC_ENOTFOUND);
   FC_CHECK(fc_stream_create(NULL, &err) == NULL);
+}
+
+/* Pulls the next frame the way a live pacer does: speech if any, else an idle frame. */
+static int live_pull(fc_stream *st, fc_frame_info *fi, const uint8_t **img, const int16_t **pcm) {
+  int err = fc_stream_next_frame(st, fi, img, pcm);
+  return err == FC_EAGAIN ? fc_stream_idle_frame(st, fi, img, pcm) : err;
+}
+
+/* Live use: idle frames advance the clock at rest; an utterance starts at the next frame and
+ * reports its first and last frames; interrupt cuts it; the queue is bounded. */
+static void test_stream_live(void) {
+  int err;
+  fc_stream_params p = {.avatar = av, .lipsync = ls, .batch = 4, .max_pending = 16000};
+  fc_stream *st = fc_stream_create(&p, &err);
+  FC_REQUIRE(st);
+  fc_frame_info fi;
+  const uint8_t *img, *rest = NULL;
+  const int16_t *pcm;
+  for (int i = 0; i < 10; i++) {
+    FC_REQUIRE(live_pull(st, &fi, &img, &pcm) == 0);
+    FC_CHECK_INT(fi.index, ==, i);
+    FC_CHECK(!fi.speaking && pcm[0] == 0 && pcm[639] == 0);
+    if (i == 0) rest = img;
+    FC_CHECK(img == rest); /* the cached rest picture: no lip-sync work per idle frame */
+  }
+  /* A 0.5 s utterance (12.5 frames → 13) of a loud tone. */
+  float tone[8000];
+  for (int i = 0; i < 8000; i++) tone[i] = 0.5f * sinf(i * 0.12f);
+  uint32_t id = 0;
+  FC_REQUIRE(fc_stream_push_speech(st, tone, 8000, NULL, 0, &id) == 0);
+  FC_CHECK(id > 0);
+  FC_CHECK_INT(fc_stream_pending_frames(st), ==, 13);
+  int first = -1, last = -1;
+  for (int i = 10; i < 30; i++) {
+    FC_REQUIRE(live_pull(st, &fi, &img, &pcm) == 0);
+    FC_CHECK_INT(fi.index, ==, i);
+    if (fi.utt_started == id) first = i;
+    if (fi.utt_ended == id) last = i;
+    if (i == 10) FC_CHECK(fi.speaking && abs(pcm[100] - (int)lrintf(tone[100] * 32767)) <= 1);
+    if (i == 23) FC_CHECK(!fi.speaking);
+  }
+  FC_CHECK_INT(first, ==, 10);
+  FC_CHECK_INT(last, ==, 22);
+  /* The bound: 1 s of pending speech at most. */
+  float big[17000] = {0};
+  FC_CHECK_INT(fc_stream_push_speech(st, big, 17000, NULL, 0, NULL), ==, FC_EAGAIN);
+  /* Interrupt in the middle of an utterance: the cut id comes back, speech stops at once. */
+  FC_REQUIRE(fc_stream_push_speech(st, tone, 8000, NULL, 0, &id) == 0);
+  FC_REQUIRE(live_pull(st, &fi, &img, &pcm) == 0);
+  FC_CHECK_INT(fi.utt_started, ==, id);
+  int64_t at = fi.index;
+  FC_CHECK_INT(fc_stream_interrupt(st), ==, id);
+  FC_CHECK_INT(fc_stream_pending_frames(st), ==, 0);
+  FC_REQUIRE(live_pull(st, &fi, &img, &pcm) == 0);
+  FC_CHECK(!fi.speaking);
+  FC_CHECK_INT(fi.index, ==, at + 1); /* dropped frames in the ring gave back their numbers */
+  FC_CHECK_INT(fc_stream_interrupt(st), ==, 0);
+  /* Streamed audio: a partial frame waits through idle ticks, then goes out whole. */
+  FC_REQUIRE(fc_stream_push_audio(st, tone, 300) == 0);
+  FC_CHECK_INT(fc_stream_next_frame(st, &fi, &img, &pcm), ==, FC_EAGAIN);
+  FC_REQUIRE(fc_stream_idle_frame(st, &fi, &img, &pcm) == 0);
+  FC_REQUIRE(fc_stream_push_audio(st, tone + 300, 340) == 0);
+  FC_REQUIRE(fc_stream_next_frame(st, &fi, &img, &pcm) == 0);
+  FC_CHECK(fi.speaking && fi.utt_started == 0);
+  FC_CHECK(abs(pcm[299] - (int)lrintf(tone[299] * 32767)) <= 1);
+  FC_CHECK(abs(pcm[639] - (int)lrintf(tone[639] * 32767)) <= 1);
+  fc_stream_destroy(st);
 }
 
 int main(void) {
@@ -197,6 +265,7 @@ int main(void) {
   FC_RUN(test_parametric_patch);
   FC_RUN(test_stream_speech_vs_silence);
   FC_RUN(test_stream_partial_and_again);
+  FC_RUN(test_stream_live);
   fc_lipsync_destroy(ls);
   fc_avatar_destroy(av);
   FC_TEST_EXIT();

@@ -1,12 +1,21 @@
 /* A talking stream: speech in, composed frames out, on one sample clock.
  *
- * Speech (16 kHz PCM, optionally with phoneme timing) is appended to the stream's timeline.
- * Frames are pulled one at a time (FFmpeg-style receive): frame i is video pts i/25 s and carries
- * audio samples [640·i, 640·(i+1)), zero-padded past the end of the speech. Internally frames
- * are produced in batches: features for up to `batch` frames, one lip-sync call, then
- * compositing into a ring of I420 buffers; nothing is allocated per frame.
- * Offline (render, bulk) pulls as fast as the sink takes; a live session pulls at its pacer's
- * rate. One thread drives a stream. */
+ * The stream holds a FIFO of pending speech whose head is always the next frame's first
+ * sample. Frames are pulled one at a time (FFmpeg-style receive): each takes the next 640
+ * samples (16 kHz) off the FIFO, so frame i covers samples [640·i, 640·(i+1)) of the stream's
+ * clock and its video pts is i/25 s. Internally frames are produced in batches: features for up
+ * to `batch` frames, one lip-sync call, compositing into a ring of I420 buffers; nothing is
+ * allocated per frame.
+ *
+ * Offline (render, bulk jobs) pushes everything, ends the input and pulls as fast as the sink
+ * takes frames. Live sessions pull at their pacer's rate; when no speech is pending the pacer
+ * takes an idle frame instead (the avatar at rest, silence), which advances the clock without
+ * lip-sync work, and speech pushed later starts at the next frame.
+ *
+ * Utterances (fc_stream_push_speech) are padded to whole frames and numbered; frames report
+ * when an utterance's first and last samples go out, so "speech started/ended" events can be
+ * sent when the audio is actually played. One thread drives a stream at a time; the caller
+ * serialises pushes with pulls. */
 #ifndef FACECAST_STREAM_H
 #define FACECAST_STREAM_H
 
@@ -23,24 +32,53 @@ typedef struct fc_stream_params {
   const fc_avatar *avatar; /* borrowed; outlives the stream */
   fc_lipsync *lipsync;     /* borrowed; outlives the stream */
   int batch;               /* frames per lip-sync call; 0 = 16 */
+  size_t max_pending;      /* most samples of speech that may wait; 0 = 10 minutes */
 } fc_stream_params;
+
+typedef struct fc_frame_info {
+  int64_t index;        /* frame number on the stream's clock */
+  int speaking;         /* the frame carries pending speech (not an idle frame) */
+  uint32_t utt_started; /* id of the utterance whose first sample is in this frame, or 0 */
+  uint32_t utt_ended;   /* id of the utterance whose last sample is in this frame, or 0 */
+} fc_frame_info;
 
 fc_stream *fc_stream_create(const fc_stream_params *p, int *err);
 void fc_stream_destroy(fc_stream *s);
 
-/* Appends speech at the end of the timeline; phoneme samples are relative to pcm[0]. Copies. */
+/* Queues a whole utterance (TTS output, an uploaded file): copied, padded with silence to whole
+ * frames; phoneme samples are relative to pcm[0]. *id (may be NULL) receives its number (> 0).
+ * FC_EAGAIN when it would exceed max_pending (the queue's bound), FC_EINVAL after the end. */
 int fc_stream_push_speech(fc_stream *s, const float *pcm, size_t n, const fc_phoneme *ph,
-                          size_t n_ph);
+                          size_t n_ph, uint32_t *id);
+
+/* Appends streamed audio (a microphone): no padding, no utterance; frames are produced as soon
+ * as 640 samples are there. Same bound and errors as push_speech. */
+int fc_stream_push_audio(fc_stream *s, const float *pcm, size_t n);
+
 /* No more speech will come: the last partial frame is padded, then FC_EEOF. */
 void fc_stream_end(fc_stream *s);
 
-/* The number of frames the timeline holds so far (ceil(samples / 640)). */
+/* Drops all pending speech and every frame produced but not yet taken. Returns the id of the
+ * utterance that was cut (its end will never be reported), or 0. */
+uint32_t fc_stream_interrupt(fc_stream *s);
+
+/* Frames that pending speech will still make (produced-but-not-taken ones included). */
+int64_t fc_stream_pending_frames(const fc_stream *s);
+
+/* Frames taken so far plus fc_stream_pending_frames: the length of an offline stream. */
 int64_t fc_stream_frames_total(const fc_stream *s);
 
-/* Produces the next frame: its index, I420 pixels (borrowed, valid until the next call) and its
- * 640 samples of PCM (borrowed likewise). Returns 0, FC_EAGAIN when the timeline has no full
- * frame yet and the input has not ended, FC_EEOF after the last frame, or an error. */
-int fc_stream_next_frame(fc_stream *s, int64_t *index, const uint8_t **i420, const int16_t **pcm);
+/* Produces the next speech frame: info, I420 pixels and its 640 samples of PCM (both borrowed,
+ * valid until the next call). Returns 0, FC_EAGAIN when no full frame of speech is pending and
+ * the input has not ended, FC_EEOF after the last frame, or an error. */
+int fc_stream_next_frame(fc_stream *s, fc_frame_info *info, const uint8_t **i420,
+                         const int16_t **pcm);
+
+/* Live only, when next_frame said FC_EAGAIN: the next frame at rest (closed mouth, silence),
+ * advancing the clock by one frame. Pending partial audio stays at the head of the FIFO. The
+ * rest picture is made once per avatar frame and then reused. */
+int fc_stream_idle_frame(fc_stream *s, fc_frame_info *info, const uint8_t **i420,
+                         const int16_t **pcm);
 
 #ifdef __cplusplus
 }

@@ -32,7 +32,7 @@ static int make_stream(const fc_speech *sp, double seconds, const fc_avatar *av,
   if (!st) return err;
   size_t want = (size_t)(seconds * FC_SAMPLE_RATE), have = 0;
   while (have < want) {
-    if ((err = fc_stream_push_speech(st, sp->audio.samples, sp->audio.n, sp->ph, sp->n_ph))) {
+    if ((err = fc_stream_push_speech(st, sp->audio.samples, sp->audio.n, sp->ph, sp->n_ph, NULL))) {
       fc_stream_destroy(st);
       return err;
     }
@@ -89,10 +89,10 @@ static int bench_render(int argc, char **argv) {
   int64_t frames = fc_stream_frames_total(st);
   double t0 = fc_cli_now();
   for (;;) {
-    int64_t idx;
+    fc_frame_info fi;
     const uint8_t *img;
     const int16_t *pcm;
-    err = fc_stream_next_frame(st, &idx, &img, &pcm);
+    err = fc_stream_next_frame(st, &fi, &img, &pcm);
     if (err == FC_EEOF) break;
     if (err) goto fail;
   }

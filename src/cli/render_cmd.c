@@ -130,7 +130,7 @@ int fc_cmd_render(int argc, char **argv) {
   if (!(ls = fc_lipsync_create(&lp, &err))) goto fail;
   fc_stream_params sparams = {.avatar = av, .lipsync = ls};
   if (!(st = fc_stream_create(&sparams, &err))) goto fail;
-  if ((err = fc_stream_push_speech(st, sp.audio.samples, sp.audio.n, sp.ph, sp.n_ph))) goto fail;
+  if ((err = fc_stream_push_speech(st, sp.audio.samples, sp.audio.n, sp.ph, sp.n_ph, NULL))) goto fail;
   fc_stream_end(st);
 
   fc_mp4_params mp = fc_mp4_params_default(w, h);

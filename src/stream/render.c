@@ -27,10 +27,10 @@ int fc_render_to_mp4(fc_stream *s, const char *path, const fc_mp4_params *mp4,
   }
   int64_t total = fc_stream_frames_total(s);
   for (;;) {
-    int64_t idx;
+    fc_frame_info fi;
     const uint8_t *img;
     const int16_t *pcm;
-    err = fc_stream_next_frame(s, &idx, &img, &pcm);
+    err = fc_stream_next_frame(s, &fi, &img, &pcm);
     if (err == FC_EEOF) {
       err = FC_OK;
       break;
@@ -40,11 +40,11 @@ int fc_render_to_mp4(fc_stream *s, const char *path, const fc_mp4_params *mp4,
       break;
     }
     if (err) break;
-    if ((err = fc_mp4_writer_push_video(w, img, idx)) ||
+    if ((err = fc_mp4_writer_push_video(w, img, fi.index)) ||
         (err = fc_mp4_writer_push_audio(w, pcm, FC_SAMPLES_PER_FRAME,
-                                        idx * FC_SAMPLES_PER_FRAME)))
+                                        fi.index * FC_SAMPLES_PER_FRAME)))
       break;
-    if (progress) progress(user, idx + 1, total);
+    if (progress) progress(user, fi.index + 1, total);
   }
   if (!err) err = fc_mp4_writer_finish(w);
   fc_mp4_writer_destroy(w); /* removes the file unless finish succeeded */

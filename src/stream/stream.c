@@ -1,10 +1,15 @@
 /* One talking stream (see include/facecast/stream.h).
  *
- * State: the timeline (speech samples and phonemes, growable: offline inputs are pushed whole),
- * the viseme tracker (causal, one step per frame), and a ring of `batch` ready frames (I420 and
- * PCM16) with the patch buffers of one lip-sync batch. When the ring is empty, next_frame fills
- * it: it walks up to `batch` frames of the timeline through the tracker, runs the backend once
- * and composes every patch into its slot.
+ * State:
+ *  - the FIFO of pending speech (`pcm[head .. head+len)`), whose head is the next frame's first
+ *    sample; phonemes and utterance bounds are kept relative to that head and shifted when a
+ *    frame is consumed (an idle frame consumes nothing, so pending audio keeps its place);
+ *  - the viseme tracker (causal, one step per speech frame);
+ *  - a ring of up to `batch` produced frames (I420, PCM16, info) and one batch of patches.
+ * When the ring is empty, next_frame fills it: up to `batch` frames off the FIFO through the
+ * tracker, one lip-sync call, then compositing into the ring.
+ * Bounds: the FIFO holds at most max_pending samples (pushes beyond fail with FC_EAGAIN); the
+ * ring holds one batch; phonemes and utterances are dropped once behind the head.
  */
 #include "facecast/audio.h"
 #include "facecast/compose.h"
@@ -16,40 +21,61 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define SPF FC_SAMPLES_PER_FRAME
+
+typedef struct utterance {
+  uint32_t id;
+  int64_t start, end; /* samples relative to the FIFO head; end exclusive */
+  int started;        /* its first frame has been produced */
+} utterance;
+
 struct fc_stream {
   const fc_avatar *av;
   fc_lipsync *ls;
   int batch;
+  size_t max_pending;
 
-  float *pcm; /* timeline */
-  size_t n, cap;
-  fc_phoneme *ph;
+  float *pcm; /* FIFO storage: pending samples are pcm[head .. head + len) */
+  size_t head, len, cap;
+  fc_phoneme *ph; /* relative to the FIFO head */
   size_t n_ph, cap_ph;
+  utterance *utt;
+  size_t n_utt, cap_utt;
+  uint32_t next_utt_id;
+  uint32_t playing; /* utterance whose first frame was taken and last frame not yet */
   int ended;
 
   fc_viseme_tracker tracker;
-  int64_t next_index;    /* next frame to produce */
-  int ready, taken;      /* frames in the ring, frames handed out */
-  int64_t ring_first;    /* index of ring slot 0 */
-  uint8_t **i420;        /* batch × w·h·3/2 */
-  int16_t *pcm16;        /* batch × 640 */
+  int64_t next_index; /* clock: the next frame's number */
+  int ready, taken;   /* frames in the ring, frames handed out */
+  uint8_t **i420;     /* batch × w·h·3/2 */
+  int16_t *pcm16;     /* batch × 640 */
+  fc_frame_info *info;
   fc_lipsync_req *reqs;
   fc_patch *patches;
   uint8_t *patch_mem, *scratch;
-  float frame_pcm[FC_SAMPLES_PER_FRAME];
+  float frame_pcm[SPF];
+
+  uint8_t **rest;      /* per avatar frame: the rest picture, made on first use */
+  int16_t silence[SPF];
+  uint8_t *idle_out;   /* the last idle frame handed out (points into rest) */
 };
 
 void fc_stream_destroy(fc_stream *s) {
   if (!s) return;
   for (int i = 0; s->i420 && i < s->batch; i++) free(s->i420[i]);
+  for (int i = 0; s->rest && i < fc_avatar_frame_count(s->av); i++) free(s->rest[i]);
+  free(s->rest);
   free(s->i420);
   free(s->pcm16);
+  free(s->info);
   free(s->reqs);
   free(s->patches);
   free(s->patch_mem);
   free(s->scratch);
   free(s->pcm);
   free(s->ph);
+  free(s->utt);
   free(s);
 }
 
@@ -63,16 +89,22 @@ fc_stream *fc_stream_create(const fc_stream_params *p, int *err) {
   s->av = p->avatar;
   s->ls = p->lipsync;
   s->batch = p->batch > 0 ? p->batch : 16;
+  s->max_pending = p->max_pending ? p->max_pending : (size_t)600 * FC_SAMPLE_RATE;
+  s->next_utt_id = 1;
   fc_viseme_tracker_init(&s->tracker);
   size_t fsz = (size_t)fc_avatar_width(s->av) * fc_avatar_height(s->av) * 3 / 2;
   size_t cap = fc_lipsync_patch_capacity(s->ls, s->av);
   s->i420 = calloc((size_t)s->batch, sizeof *s->i420);
-  s->pcm16 = malloc((size_t)s->batch * FC_SAMPLES_PER_FRAME * sizeof(int16_t));
+  s->pcm16 = malloc((size_t)s->batch * SPF * sizeof(int16_t));
+  s->info = calloc((size_t)s->batch, sizeof *s->info);
   s->reqs = calloc((size_t)s->batch, sizeof *s->reqs);
   s->patches = calloc((size_t)s->batch, sizeof *s->patches);
   s->patch_mem = malloc((size_t)s->batch * cap * 4 + 1);
   s->scratch = malloc(cap * 3 + 1);
-  if (!s->i420 || !s->pcm16 || !s->reqs || !s->patches || !s->patch_mem || !s->scratch) goto oom;
+  s->rest = calloc((size_t)fc_avatar_frame_count(s->av), sizeof *s->rest);
+  if (!s->i420 || !s->pcm16 || !s->info || !s->reqs || !s->patches || !s->patch_mem ||
+      !s->scratch || !s->rest)
+    goto oom;
   for (int i = 0; i < s->batch; i++) {
     if (!(s->i420[i] = malloc(fsz))) goto oom;
     s->patches[i].rgb = s->patch_mem + (size_t)i * cap * 4;
@@ -86,9 +118,9 @@ oom:
   return NULL;
 }
 
-static int reserve(void **p, size_t *cap, size_t need, size_t elem) {
+static int reserve(void **p, size_t *cap, size_t need, size_t elem, size_t first) {
   if (need <= *cap) return 0;
-  size_t c = *cap ? *cap : 16000;
+  size_t c = *cap ? *cap : first;
   while (c < need) c *= 2;
   void *q = realloc(*p, c * elem);
   if (!q) return fc_error_set(FC_ENOMEM, "stream: out of memory");
@@ -97,51 +129,130 @@ static int reserve(void **p, size_t *cap, size_t need, size_t elem) {
   return 0;
 }
 
-int fc_stream_push_speech(fc_stream *s, const float *pcm, size_t n, const fc_phoneme *ph,
-                          size_t n_ph) {
+/* Appends samples (and `pad` zeros) to the FIFO, compacting consumed space first. */
+static int fifo_append(fc_stream *s, const float *pcm, size_t n, size_t pad) {
   if (s->ended) return fc_error_set(FC_EINVAL, "stream: speech pushed after the end");
+  if (s->len + n + pad > s->max_pending)
+    return fc_error_set(FC_EAGAIN, "speech queue full (%.0f s pending, limit %.0f s)",
+                        (double)s->len / FC_SAMPLE_RATE, (double)s->max_pending / FC_SAMPLE_RATE);
+  if (s->head && s->head + s->len + n + pad > s->cap) {
+    memmove(s->pcm, s->pcm + s->head, s->len * sizeof(float));
+    s->head = 0;
+  }
+  int err = reserve((void **)&s->pcm, &s->cap, s->head + s->len + n + pad, sizeof(float), 16000);
+  if (err) return err;
+  memcpy(s->pcm + s->head + s->len, pcm, n * sizeof(float));
+  memset(s->pcm + s->head + s->len + n, 0, pad * sizeof(float));
+  s->len += n + pad;
+  return FC_OK;
+}
+
+int fc_stream_push_speech(fc_stream *s, const float *pcm, size_t n, const fc_phoneme *ph,
+                          size_t n_ph, uint32_t *id) {
+  if (id) *id = 0;
+  if (n == 0) return fc_error_set(FC_EINVAL, "stream: empty utterance");
+  /* A streamed tail that is not a whole frame gets finished with silence first, so the
+   * utterance starts on a frame boundary. */
+  size_t tail = s->len % SPF, lead = tail ? SPF - tail : 0;
+  size_t pad = (SPF - n % SPF) % SPF;
   int err;
-  if ((err = reserve((void **)&s->pcm, &s->cap, s->n + n, sizeof(float))) ||
-      (err = reserve((void **)&s->ph, &s->cap_ph, s->n_ph + n_ph, sizeof(fc_phoneme))))
+  if ((err = reserve((void **)&s->ph, &s->cap_ph, s->n_ph + n_ph, sizeof(fc_phoneme), 64)) ||
+      (err = reserve((void **)&s->utt, &s->cap_utt, s->n_utt + 1, sizeof(utterance), 8)))
     return err;
+  if (lead && (err = fifo_append(s, NULL, 0, lead))) return err;
+  int64_t start = (int64_t)s->len;
+  if ((err = fifo_append(s, pcm, n, pad))) return err;
   for (size_t k = 0; k < n_ph; k++) {
     s->ph[s->n_ph + k] = ph[k];
-    s->ph[s->n_ph + k].sample += (int64_t)s->n;
+    s->ph[s->n_ph + k].sample += start;
   }
   s->n_ph += n_ph;
-  memcpy(s->pcm + s->n, pcm, n * sizeof(float));
-  s->n += n;
+  uint32_t uid = s->next_utt_id++;
+  if (!s->next_utt_id) s->next_utt_id = 1;
+  s->utt[s->n_utt++] = (utterance){uid, start, start + (int64_t)n, 0};
+  if (id) *id = uid;
   return FC_OK;
+}
+
+int fc_stream_push_audio(fc_stream *s, const float *pcm, size_t n) {
+  return fifo_append(s, pcm, n, 0);
 }
 
 void fc_stream_end(fc_stream *s) { s->ended = 1; }
 
+uint32_t fc_stream_interrupt(fc_stream *s) {
+  /* Only an utterance whose start was taken counts as cut: one still waiting, or waiting in
+   * the ring, was never heard, so nobody expects its end. */
+  uint32_t cut = s->playing;
+  s->playing = 0;
+  s->head = s->len = 0;
+  s->n_ph = s->n_utt = 0;
+  /* Frames produced but not taken are dropped: the clock rewinds to the first of them. */
+  if (s->ready > s->taken) s->next_index = s->info[s->taken].index;
+  s->ready = s->taken = 0;
+  s->tracker.cur = (fc_mouth){0, 0, 0};
+  return cut;
+}
+
+int64_t fc_stream_pending_frames(const fc_stream *s) {
+  return (int64_t)((s->len + SPF - 1) / SPF) + (s->ready - s->taken);
+}
+
 int64_t fc_stream_frames_total(const fc_stream *s) {
-  return (int64_t)((s->n + FC_SAMPLES_PER_FRAME - 1) / FC_SAMPLES_PER_FRAME);
+  return s->next_index + (int64_t)((s->len + SPF - 1) / SPF);
+}
+
+/* Removes one frame from the FIFO head and shifts what is kept relative to it. */
+static void consume_frame(fc_stream *s) {
+  size_t k = s->len < SPF ? s->len : SPF;
+  s->head += k;
+  s->len -= k;
+  if (!s->len) s->head = 0;
+  size_t keep = 0;
+  for (size_t i = 0; i < s->n_ph; i++) {
+    s->ph[i].sample -= SPF;
+    /* Keep a phoneme while it is still active: the next one has not started by the head. */
+    if (i + 1 < s->n_ph && s->ph[i + 1].sample - SPF <= 0) continue;
+    s->ph[keep++] = s->ph[i];
+  }
+  s->n_ph = keep;
+  keep = 0;
+  for (size_t i = 0; i < s->n_utt; i++) {
+    s->utt[i].start -= SPF;
+    s->utt[i].end -= SPF;
+    if (s->utt[i].end > 0) s->utt[keep++] = s->utt[i];
+  }
+  s->n_utt = keep;
 }
 
 /* Fills the ring with up to `batch` frames. Returns how many, or an error. */
 static int produce(fc_stream *s) {
-  int64_t total = fc_stream_frames_total(s);
-  int64_t full = (int64_t)(s->n / FC_SAMPLES_PER_FRAME); /* frames with all their samples */
-  int64_t avail = (s->ended ? total : full) - s->next_index;
-  int k = avail < s->batch ? (int)avail : s->batch;
+  size_t full = s->len / SPF + (s->ended && s->len % SPF ? 1 : 0);
+  int k = full < (size_t)s->batch ? (int)full : s->batch;
   for (int i = 0; i < k; i++) {
-    int64_t idx = s->next_index + i;
-    size_t start = (size_t)idx * FC_SAMPLES_PER_FRAME;
-    size_t have = s->n - start < FC_SAMPLES_PER_FRAME ? s->n - start : FC_SAMPLES_PER_FRAME;
-    memcpy(s->frame_pcm, s->pcm + start, have * sizeof(float));
-    memset(s->frame_pcm + have, 0, (FC_SAMPLES_PER_FRAME - have) * sizeof(float));
-    int16_t *out = s->pcm16 + (size_t)i * FC_SAMPLES_PER_FRAME;
-    for (int j = 0; j < FC_SAMPLES_PER_FRAME; j++) {
+    size_t have = s->len < SPF ? s->len : SPF;
+    memcpy(s->frame_pcm, s->pcm + s->head, have * sizeof(float));
+    memset(s->frame_pcm + have, 0, (SPF - have) * sizeof(float));
+    int16_t *out = s->pcm16 + (size_t)i * SPF;
+    for (int j = 0; j < SPF; j++) {
       float v = s->frame_pcm[j] * 32767.0f;
       out[j] = (int16_t)lrintf(v > 32767.0f ? 32767.0f : v < -32768.0f ? -32768.0f : v);
     }
+    fc_frame_info *fi = &s->info[i];
+    *fi = (fc_frame_info){.index = s->next_index + i, .speaking = 1};
+    for (size_t u = 0; u < s->n_utt; u++) {
+      utterance *ut = &s->utt[u];
+      if (!ut->started && ut->start < SPF) {
+        fi->utt_started = ut->id;
+        ut->started = 1;
+      }
+      if (ut->end > 0 && ut->end <= SPF) fi->utt_ended = ut->id;
+    }
     s->reqs[i].avatar = s->av;
-    s->reqs[i].frame = (int)(idx % (1 << 30));
+    s->reqs[i].frame = (int)(fi->index % (1 << 30));
     s->reqs[i].mel = NULL;
-    s->reqs[i].mouth = fc_viseme_tracker_push(&s->tracker, s->frame_pcm, (int64_t)start, s->ph,
-                                              s->n_ph);
+    s->reqs[i].mouth = fc_viseme_tracker_push(&s->tracker, s->frame_pcm, 0, s->ph, s->n_ph);
+    consume_frame(s);
   }
   if (k <= 0) return 0;
   int err = fc_lipsync_run(s->ls, s->reqs, s->patches, k);
@@ -149,12 +260,11 @@ static int produce(fc_stream *s) {
   for (int i = 0; i < k; i++)
     if ((err = fc_compose_i420(s->av, s->reqs[i].frame, &s->patches[i], s->i420[i], s->scratch)))
       return err;
-  s->ring_first = s->next_index;
   s->next_index += k;
   return k;
 }
 
-int fc_stream_next_frame(fc_stream *s, int64_t *index, const uint8_t **i420,
+int fc_stream_next_frame(fc_stream *s, fc_frame_info *info, const uint8_t **i420,
                          const int16_t **pcm) {
   if (s->taken == s->ready) {
     int k = produce(s);
@@ -164,8 +274,37 @@ int fc_stream_next_frame(fc_stream *s, int64_t *index, const uint8_t **i420,
     if (k == 0) return s->ended ? FC_EEOF : FC_EAGAIN;
   }
   int slot = s->taken++;
-  *index = s->ring_first + slot;
+  *info = s->info[slot];
+  if (info->utt_started) s->playing = info->utt_started;
+  if (info->utt_ended == s->playing) s->playing = 0;
   *i420 = s->i420[slot];
-  *pcm = s->pcm16 + (size_t)slot * FC_SAMPLES_PER_FRAME;
+  *pcm = s->pcm16 + (size_t)slot * SPF;
+  return FC_OK;
+}
+
+int fc_stream_idle_frame(fc_stream *s, fc_frame_info *info, const uint8_t **i420,
+                         const int16_t **pcm) {
+  if (s->taken != s->ready)
+    return fc_error_set(FC_EINVAL, "stream: idle frame requested while speech frames wait");
+  int af = fc_avatar_frame_count(s->av);
+  int slot = (int)(s->next_index % af);
+  if (!s->rest[slot]) {
+    /* The rest picture: what the backend draws for a closed mouth, made once. */
+    size_t fsz = (size_t)fc_avatar_width(s->av) * fc_avatar_height(s->av) * 3 / 2;
+    uint8_t *img = malloc(fsz);
+    if (!img) return fc_error_set(FC_ENOMEM, "stream: out of memory");
+    fc_lipsync_req rq = {.avatar = s->av, .frame = slot};
+    int err = fc_lipsync_run(s->ls, &rq, &s->patches[0], 1);
+    if (!err) err = fc_compose_i420(s->av, slot, &s->patches[0], img, s->scratch);
+    if (err) {
+      free(img);
+      return err;
+    }
+    s->rest[slot] = img;
+  }
+  *info = (fc_frame_info){.index = s->next_index++};
+  *i420 = s->rest[slot];
+  *pcm = s->silence;
+  s->tracker.cur = (fc_mouth){0, 0, 0};
   return FC_OK;
 }

@@ -1,0 +1,85 @@
+/* Live outputs: one session's encoded media leaving the process in real time.
+ *
+ * A live output takes the session's frames as the pacer releases them (I420 + 640 samples of
+ * 16 kHz PCM per frame, stamped from the session's sample clock) and encodes them for its
+ * transport:
+ *   FC_LIVE_WEBRTC  appsrc → x264enc (zerolatency, constrained baseline) → rtph264pay ┐
+ *                   appsrc → audioresample → opusenc → rtpopuspay ───────────────────┴→ webrtcbin
+ *                   answering a remote SDP offer (browser or WHEP player);
+ *   FC_LIVE_NULL    the same encoders into fakesinks: benchmarks without browsers.
+ * All GStreamer objects stay inside src/media/. Pushing never blocks the pacer: the appsrc
+ * queues are bounded and leak the oldest buffers when a consumer stalls (counted as dropped).
+ *
+ * Threads: create/destroy from any one thread (the server's main loop); push from the pacer
+ * thread; callbacks arrive on GStreamer's threads — the caller marshals them to its loop. As in
+ * libuv, when a call returns an error its callback is never called. */
+#ifndef FACECAST_LIVE_H
+#define FACECAST_LIVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum fc_live_kind { FC_LIVE_WEBRTC, FC_LIVE_NULL } fc_live_kind;
+
+typedef enum fc_live_state {
+  FC_LIVE_CONNECTING,
+  FC_LIVE_CONNECTED, /* ICE + DTLS up: media flows */
+  FC_LIVE_FAILED,    /* ICE or DTLS failed, or the pipeline broke */
+  FC_LIVE_CLOSED,    /* the peer went away (ICE disconnected/closed) */
+} fc_live_state;
+
+typedef struct fc_live fc_live;
+
+/* The SDP answer (with all ICE candidates gathered, so no trickle is needed), or NULL and err
+ * when negotiation failed (bad offer, no common codec). sdp is borrowed for the call. */
+typedef void (*fc_live_answer_cb)(void *user, const char *sdp, int err);
+typedef void (*fc_live_state_cb)(void *user, fc_live_state state);
+
+typedef struct fc_live_params {
+  fc_live_kind kind;
+  int width, height;        /* even */
+  int fps;                  /* default 25 */
+  int sample_rate;          /* of the pushed PCM; default 16000 */
+  int video_kbps;           /* default 1500 */
+  const char *x264_preset;  /* default "veryfast" */
+  int x264_threads;         /* default 1: many sessions share the cores */
+  const char *stun_server;  /* "stun://host:port" or NULL */
+  const char *turn_server;  /* "turn(s)://user:pass@host:port" or NULL */
+  fc_live_state_cb on_state;
+  void *user;
+} fc_live_params;
+
+/* Creates the output. For FC_LIVE_WEBRTC, offer_sdp is the remote offer and on_answer is called
+ * once (from a GStreamer thread) with the answer, after ICE gathering completes or 3 s pass.
+ * Errors (no callback then): FC_EINVAL for an offer that does not parse or offers no H.264 or
+ * no Opus it can receive, FC_EMEDIA for a missing GStreamer element; each with a detail. */
+fc_live *fc_live_create(const fc_live_params *p, const char *offer_sdp,
+                        fc_live_answer_cb on_answer, void *user, int *err);
+
+/* Stops the pipeline and frees everything; no callback runs after it returns. NULL is fine. */
+void fc_live_destroy(fc_live *l);
+
+/* Pushes frame `index` (I420, width×height, contiguous; copied into a pooled buffer) and its n
+ * audio samples starting at sample `first_sample`. Timestamps: pts = index/fps on the output's
+ * clock, which starts at the first push. Returns 0, or FC_EMEDIA after a pipeline error. */
+int fc_live_push(fc_live *l, const uint8_t *i420, int64_t index, const int16_t *pcm, size_t n,
+                 int64_t first_sample);
+
+/* Asks the encoder for a key frame now (a new viewer, a PLI from the peer is handled inside). */
+void fc_live_force_keyframe(fc_live *l);
+
+typedef struct fc_live_stats {
+  uint64_t frames_pushed, frames_dropped; /* dropped: leaked from a full queue */
+  uint64_t bytes_sent;                    /* encoded bytes leaving the encoders */
+  fc_live_state state;
+} fc_live_stats;
+void fc_live_get_stats(fc_live *l, fc_live_stats *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
