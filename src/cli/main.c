@@ -11,6 +11,7 @@ static void usage(FILE *f) {
   fputs("usage: facecast <command> [options]\n"
         "\n"
         "commands:\n"
+        "  serve    real-time talking sessions in the browser (WebRTC), LiveTalking's API\n"
         "  render   speech (text or WAV) + portrait -> lip-synced MP4\n"
         "  bench    measure speed (bench render)\n"
         "\n"
@@ -77,6 +78,7 @@ int main(int argc, char **argv) {
     return FC_EXIT_INPUT;
   }
   const char *cmd = argv[1];
+  if (strcmp(cmd, "serve") == 0) return fc_cmd_serve(argc - 1, argv + 1);
   if (strcmp(cmd, "render") == 0) return fc_cmd_render(argc - 1, argv + 1);
   if (strcmp(cmd, "bench") == 0) return fc_cmd_bench(argc - 1, argv + 1);
   if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {

@@ -1,0 +1,45 @@
+/* facecast serve: real-time talking sessions over HTTP + WebRTC.
+ *
+ * One GLib main loop runs HTTP, WebSocket and SSE (libsoup 3) and never blocks: speech
+ * synthesis and uploads are decoded on a worker pool, frames are produced by that pool into
+ * each session's small ready queue, and one pacer thread releases a frame per session every
+ * 40 ms to its live output (WebRTC) and recorder. The HTTP API is LiveTalking's, so its web
+ * clients work unchanged; the page in web/ is served at /. */
+#ifndef FACECAST_SERVER_H
+#define FACECAST_SERVER_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fc_server fc_server;
+
+typedef struct fc_server_params {
+  const char *host;        /* listen address; NULL = all interfaces */
+  int port;                /* default 8010; 0 = any free port (see fc_server_port) */
+  const char *avatar;      /* portrait; NULL = the default avatar (head-and-shoulders) */
+  int width, height;       /* output size; default 512×512 */
+  const char *model;       /* lip-sync backend; NULL = parametric */
+  int max_sessions;        /* default 5 (LiveTalking's max_session) */
+  const char *stun_server; /* "stun://host:port" or NULL */
+  const char *turn_server; /* "turn://user:pass@host:port" or NULL */
+  const char *web_dir;     /* static files served at /; NULL = the built-in web/ folder */
+  const char *record_dir;  /* where recordings go; NULL = a private temporary folder */
+  int quiet;               /* no per-session fps log lines */
+} fc_server_params;
+
+fc_server_params fc_server_params_default(void);
+
+/* Loads the avatar and backend, starts listening and the pacer. NULL and *err on failure. */
+fc_server *fc_server_create(const fc_server_params *p, int *err);
+/* The port actually bound. */
+int fc_server_port(const fc_server *s);
+/* Runs the main loop until fc_server_quit (or SIGINT/SIGTERM when handle_signals). */
+int fc_server_run(fc_server *s, int handle_signals);
+void fc_server_quit(fc_server *s);
+void fc_server_destroy(fc_server *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,84 @@
+/* facecast serve: the real-time server (see include/facecast/server.h). */
+#include "cli/cli.h"
+#include "facecast/error.h"
+#include "facecast/server.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static void serve_usage(FILE *f) {
+  fputs("usage: facecast serve [--port 8010] [--host ADDR] [--avatar IMG] [--size N|WxH]\n"
+        "                      [--max-sessions N] [--stun URL] [--turn URL] [--model NAME]\n"
+        "                      [--web DIR] [--record-dir DIR] [--quiet]\n"
+        "\n"
+        "Open http://HOST:PORT/ in a browser, press Connect and type a sentence.\n",
+        f);
+}
+
+int fc_cmd_serve(int argc, char **argv) {
+  static const struct option opts[] = {{"port", required_argument, 0, 'p'},
+                                       {"host", required_argument, 0, 'H'},
+                                       {"avatar", required_argument, 0, 'a'},
+                                       {"size", required_argument, 0, 's'},
+                                       {"max-sessions", required_argument, 0, 'm'},
+                                       {"stun", required_argument, 0, 'S'},
+                                       {"turn", required_argument, 0, 'T'},
+                                       {"model", required_argument, 0, 'M'},
+                                       {"web", required_argument, 0, 'w'},
+                                       {"record-dir", required_argument, 0, 'r'},
+                                       {"quiet", no_argument, 0, 'q'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  fc_server_params p = fc_server_params_default();
+  int c, err;
+  optind = 1;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "qh", opts, NULL)) != -1) {
+    char *end;
+    long v;
+    switch (c) {
+    case 'p':
+      v = strtol(optarg, &end, 10);
+      if (*end || v < 0 || v > 65535) {
+        fprintf(stderr, "facecast: error: --port '%s': expected 0..65535\n", optarg);
+        return FC_EXIT_INPUT;
+      }
+      p.port = (int)v;
+      break;
+    case 'm':
+      v = strtol(optarg, &end, 10);
+      if (*end || v < 1 || v > 10000) {
+        fprintf(stderr, "facecast: error: --max-sessions '%s': expected 1..10000\n", optarg);
+        return FC_EXIT_INPUT;
+      }
+      p.max_sessions = (int)v;
+      break;
+    case 'H': p.host = optarg; break;
+    case 'a': p.avatar = optarg; break;
+    case 's':
+      if ((err = fc_cli_parse_size(optarg, &p.width, &p.height))) return fc_cli_fail(err);
+      break;
+    case 'S': p.stun_server = optarg; break;
+    case 'T': p.turn_server = optarg; break;
+    case 'M': p.model = optarg; break;
+    case 'w': p.web_dir = optarg; break;
+    case 'r': p.record_dir = optarg; break;
+    case 'q': p.quiet = 1; break;
+    case 'h': serve_usage(stdout); return FC_EXIT_OK;
+    default:
+      fprintf(stderr, "facecast: error: serve: unknown or incomplete option '%s'\n",
+              argv[optind - 1]);
+      return FC_EXIT_INPUT;
+    }
+  }
+  fc_server *srv = fc_server_create(&p, &err);
+  if (!srv) return fc_cli_fail(err);
+  fprintf(stderr, "facecast: serving on http://%s:%d/ (%d sessions max)\n",
+          p.host ? p.host : "0.0.0.0", fc_server_port(srv), p.max_sessions);
+  fflush(stderr);
+  fc_server_run(srv, 1);
+  fprintf(stderr, "facecast: stopping\n");
+  fc_server_destroy(srv);
+  return FC_EXIT_OK;
+}

@@ -1,0 +1,168 @@
+/* Private to src/server: the server, its sessions, and the pieces that share them.
+ *
+ * Threads and what they own:
+ *  - main loop (GLib): HTTP/WS/SSE handlers, session create/close, SSE delivery, the live
+ *    outputs' answer/state callbacks (marshalled here), finishing requests paused for workers;
+ *  - worker pool (GThreadPool, one per core): speech synthesis, upload decoding, frame
+ *    production into a session's ready queue, stopping recordings;
+ *  - pacer thread: every 40 ms takes one frame per session (ready queue, else produced late on
+ *    the spot, else an idle frame) and pushes it to the live output and the recorder.
+ * Locks: srv->lock guards the session table; s->lock guards a session's stream and ready queue;
+ * s->out_lock guards its live output and recorder (the pacer only try-locks it, so closing a
+ * session never stalls the other sessions' frames). Sessions are reference counted; the table
+ * holds one reference. */
+#ifndef FC_SERVER_INTERNAL_H
+#define FC_SERVER_INTERNAL_H
+
+#include "facecast/audio.h"
+#include "facecast/live.h"
+#include "facecast/server.h"
+#include "facecast/stream.h"
+
+#include <glib.h>
+#include <libsoup/soup.h>
+
+#define FC_READY_FRAMES 4 /* frames produced ahead of the pacer per session (160 ms) */
+
+typedef struct fc_recorder fc_recorder;
+
+typedef struct fc_ready_slot {
+  uint8_t *i420;
+  int16_t pcm[FC_SAMPLES_PER_FRAME];
+  fc_frame_info info;
+} fc_ready_slot;
+
+/* Frame lateness histogram bucket bounds, in ms (a last bucket for +Inf). */
+#define FC_LATE_BUCKETS 8
+extern const double fc_late_bounds_ms[FC_LATE_BUCKETS];
+
+typedef struct fc_session fc_session;
+
+typedef struct fc_server {
+  fc_server_params p;
+  GMainContext *ctx;
+  GMainLoop *loop;
+  SoupServer *soup;
+  int port;
+  char *web_dir, *record_dir;
+  int own_record_dir;
+
+  fc_avatar *avatar;
+  fc_lipsync *lipsync;
+  GMutex lipsync_lock; /* one backend call at a time (the device's scheduler comes later) */
+
+  GMutex lock;            /* sessions table */
+  GHashTable *sessions;   /* id → fc_session* (one reference) */
+  GHashTable *recordings; /* session id → path of its last finished recording (main loop) */
+  GThreadPool *workers;
+
+  GThread *pacer;
+  gint stopping;
+  fc_session **tick; /* the pacer's per-tick snapshot, max_sessions long */
+
+  /* Pacer-written counters, read by /metrics (64-bit aligned loads are atomic here). */
+  uint64_t late_hist[FC_LATE_BUCKETS + 1];
+  double late_sum_ms;
+  uint64_t frames_out, frames_idle, frames_late, frames_dropped, ticks_skipped;
+  uint64_t sessions_created, sessions_rejected;
+} fc_server;
+
+struct fc_session {
+  gint refs;
+  fc_server *srv;
+  char id[24];
+  int whep;
+
+  GMutex lock;
+  fc_stream *stream;
+  fc_ready_slot ready[FC_READY_FRAMES];
+  int r_head, r_count, r_peeked; /* r_peeked: the head slot is being pushed by the pacer */
+  int fill_queued;
+  int closed;
+  uint32_t pushed_utt; /* utterance whose first frame the pacer pushed and last not yet */
+
+  GMutex out_lock;
+  fc_live *live;
+  fc_recorder *rec;
+  int64_t rec_first; /* stream frame index of the recording's first frame */
+
+  /* Main loop only. */
+  fc_live_state state;
+  SoupServerMessage *offer_msg; /* paused /offer or /whep request awaiting the answer */
+  GList *sse;                   /* SoupServerMessage* streaming events */
+  GList *ws;                    /* SoupWebsocketConnection* of microphone audio */
+  guint connect_timer;          /* closes a session whose peer never connects */
+  uint32_t heard;               /* utterance between its SSE start and end */
+
+  /* Pacer only (read loosely by /metrics). */
+  uint64_t out_frames, infer_frames, late_frames, dropped_frames;
+  int64_t log_t0;
+  uint64_t log_out0, log_infer0;
+  uint64_t infer_total; /* written under s->lock by producers */
+};
+
+/* session.c */
+fc_session *fc_session_new(fc_server *srv, int *err);
+void fc_session_ref(fc_session *s);
+void fc_session_unref(fc_session *s);
+/* Looks up and references a session; NULL when unknown or closed. */
+fc_session *fc_session_find(fc_server *srv, const char *id);
+/* Main loop: removes it from the table, stops its output, recorder, SSE and WS clients. */
+void fc_session_close(fc_session *s, const char *why);
+/* Queues a fill job unless one is queued; call with s->lock held. */
+void fc_session_want_fill_locked(fc_session *s);
+/* Worker: produces frames into the ready queue. The _locked form expects s->lock held. */
+void fc_session_fill(fc_session *s);
+void fc_session_fill_locked(fc_session *s);
+int fc_session_is_speaking(fc_session *s);
+/* Interrupts speech; posts the cut utterance's end to SSE. Any thread. */
+void fc_session_interrupt(fc_session *s);
+/* Posts an SSE event (start/end of an utterance) to the main loop. Any thread. */
+void fc_session_post_event(fc_session *s, const char *type, uint32_t utt);
+/* Main loop: writes an event to the session's SSE clients. */
+void fc_session_send_sse(fc_session *s, const char *type, uint32_t utt);
+
+/* pacer.c */
+int fc_pacer_start(fc_server *srv);
+void fc_pacer_stop(fc_server *srv);
+
+/* jobs.c: the worker pool's jobs. */
+typedef enum fc_job_kind {
+  FC_JOB_FILL,
+  FC_JOB_SPEAK,
+  FC_JOB_AUDIO,
+  FC_JOB_RECORD_STOP
+} fc_job_kind;
+typedef struct fc_job {
+  fc_job_kind kind;
+  fc_session *s;          /* referenced */
+  SoupServerMessage *msg; /* paused request to answer when done (referenced), or NULL */
+  char *text, *voice;     /* SPEAK */
+  GBytes *data;           /* AUDIO: the WAV file */
+  char *name;             /* AUDIO: its file name, for messages */
+  int interrupt;
+  fc_recorder *rec; /* RECORD_STOP */
+} fc_job;
+void fc_job_run(gpointer job, gpointer srv);
+int fc_job_push(fc_server *srv, fc_job *job);
+
+/* recorder.c: MP4 recording fed by the pacer without ever blocking it. */
+fc_recorder *fc_recorder_start(const char *path, int w, int h, int *err);
+/* Copies a frame into the recorder's bounded queue; when full the frame is dropped (counted). */
+void fc_recorder_push(fc_recorder *r, const uint8_t *i420, const int16_t *pcm, int64_t index);
+/* Stops the thread, finishes the file; returns 0 or an error. Frees r. Blocks: call it from a
+ * worker. */
+int fc_recorder_finish(fc_recorder *r, char **path);
+
+/* http.c */
+void fc_http_register(fc_server *srv);
+/* Answers {code:-1,msg} with an HTTP status. */
+void fc_http_error(SoupServerMessage *msg, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void fc_http_ok(SoupServerMessage *msg, const char *data_json);
+
+/* metrics.c */
+void fc_metrics_render(fc_server *srv, GString *out);
+void fc_metrics_late(fc_server *srv, double ms);
+
+#endif

@@ -1,0 +1,152 @@
+/* Worker-pool jobs: everything a request starts that may take longer than the main loop can
+ * wait (speech synthesis, WAV decoding, finishing an MP4) and frame production. A job that
+ * answers a request finishes it on the main loop (the request stays paused until then). */
+#include "facecast/error.h"
+#include "facecast/tts.h"
+#include "server/internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct reply {
+  SoupServerMessage *msg;
+  fc_server *srv;
+  int status;
+  char *text;      /* the error message (status >= 400) or the data JSON (NULL = none) */
+  char *record_id; /* RECORD_STOP: session id and path to register */
+  char *record_path;
+} reply;
+
+static gboolean deliver_reply(gpointer data) {
+  reply *r = data;
+  if (r->record_id && r->record_path) {
+    char *old = g_hash_table_lookup(r->srv->recordings, r->record_id);
+    if (old && strcmp(old, r->record_path) != 0) remove(old); /* keep one per session */
+    g_hash_table_replace(r->srv->recordings, r->record_id, r->record_path);
+    r->record_id = r->record_path = NULL;
+  }
+  if (r->msg) {
+    if (r->status >= 400)
+      fc_http_error(r->msg, r->status, "%s", r->text);
+    else
+      fc_http_ok(r->msg, r->text);
+    soup_server_message_unpause(r->msg);
+  }
+  return G_SOURCE_REMOVE;
+}
+
+static void free_reply(gpointer data) {
+  reply *r = data;
+  if (r->msg) g_object_unref(r->msg);
+  g_free(r->text);
+  g_free(r->record_id);
+  g_free(r->record_path);
+  g_free(r);
+}
+
+static void post_reply(fc_server *srv, reply *r) {
+  GSource *src = g_idle_source_new();
+  g_source_set_callback(src, deliver_reply, r, free_reply);
+  g_source_attach(src, srv->ctx);
+  g_source_unref(src);
+}
+
+static int status_of(int err) {
+  switch (err) {
+  case FC_EAGAIN: return 429;
+  case FC_ENOMEM:
+  case FC_EMEDIA:
+  case FC_EIO:
+  case FC_ETTS: return 500;
+  default: return 400;
+  }
+}
+
+/* Queues speech on the session (interrupting first when asked) and starts production. */
+static int queue_speech(fc_session *s, const fc_speech *sp, int interrupt) {
+  if (interrupt) fc_session_interrupt(s);
+  g_mutex_lock(&s->lock);
+  int err = s->closed ? fc_error_set(FC_ENOTFOUND, "session %s is closed", s->id)
+                      : fc_stream_push_speech(s->stream, sp->audio.samples, sp->audio.n, sp->ph,
+                                              sp->n_ph, NULL);
+  if (!err) fc_session_want_fill_locked(s);
+  g_mutex_unlock(&s->lock);
+  return err;
+}
+
+void fc_job_run(gpointer data, gpointer user) {
+  fc_job *j = data;
+  fc_server *srv = user;
+  reply *r = g_new0(reply, 1);
+  r->srv = srv;
+  r->msg = j->msg;
+  r->status = 200;
+  j->msg = NULL;
+  int err = FC_OK;
+  fc_error_clear();
+  switch (j->kind) {
+  case FC_JOB_FILL: fc_session_fill(j->s); break;
+  case FC_JOB_SPEAK: {
+    fc_speech sp;
+    fc_tts_params tp = {.voice = j->voice};
+    if (!(err = fc_tts_speak(j->text, &tp, &sp))) {
+      err = queue_speech(j->s, &sp, j->interrupt);
+      fc_speech_free(&sp);
+    }
+    break;
+  }
+  case FC_JOB_AUDIO: {
+    fc_audio raw;
+    fc_speech sp = {0};
+    gsize n;
+    const void *d = g_bytes_get_data(j->data, &n);
+    if (!(err = fc_wav_read_mem(d, n, j->name, &raw))) {
+      err = fc_resample(&raw, FC_SAMPLE_RATE, &sp.audio);
+      fc_audio_free(&raw);
+      if (!err) err = queue_speech(j->s, &sp, j->interrupt);
+      fc_speech_free(&sp);
+    }
+    break;
+  }
+  case FC_JOB_RECORD_STOP: {
+    char *path = NULL;
+    err = fc_recorder_finish(j->rec, &path);
+    if (!err) {
+      r->record_id = g_strdup(j->s->id);
+      r->record_path = path;
+      r->text = g_strdup_printf("{\"url\":\"/record/%s\"}", j->s->id);
+    }
+    break;
+  }
+  }
+  if (err) {
+    r->status = status_of(err);
+    g_free(r->text);
+    r->text = g_strdup(fc_error_detail(err));
+  }
+  if (r->msg || r->record_id)
+    post_reply(srv, r);
+  else
+    free_reply(r);
+  fc_session_unref(j->s);
+  if (j->data) g_bytes_unref(j->data);
+  g_free(j->text);
+  g_free(j->voice);
+  g_free(j->name);
+  g_free(j);
+}
+
+int fc_job_push(fc_server *srv, fc_job *j) {
+  GError *e = NULL;
+  if (g_thread_pool_push(srv->workers, j, &e)) return FC_OK;
+  int err = fc_error_set(FC_ENOMEM, "cannot queue work: %s", e->message);
+  g_error_free(e);
+  if (j->msg) g_object_unref(j->msg);
+  fc_session_unref(j->s);
+  if (j->data) g_bytes_unref(j->data);
+  g_free(j->text);
+  g_free(j->voice);
+  g_free(j->name);
+  g_free(j);
+  return err;
+}

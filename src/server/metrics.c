@@ -1,0 +1,87 @@
+/* /metrics in Prometheus' text format. Counters are written by the pacer thread and read here
+ * without locks: each is a naturally aligned 64-bit word, so a read sees an old or a new value,
+ * never a torn one; a scrape is a snapshot good to a frame. */
+#include "server/internal.h"
+
+const double fc_late_bounds_ms[FC_LATE_BUCKETS] = {1, 2, 5, 10, 20, 40, 80, 160};
+
+void fc_metrics_late(fc_server *srv, double ms) {
+  int b = 0;
+  while (b < FC_LATE_BUCKETS && ms > fc_late_bounds_ms[b]) b++;
+  srv->late_hist[b]++;
+  srv->late_sum_ms += ms;
+}
+
+typedef struct totals {
+  uint64_t infer, out, late, dropped;
+  int n, speaking;
+} totals;
+
+void fc_metrics_render(fc_server *srv, GString *o) {
+  totals t = {0};
+  GString *per = g_string_new(NULL);
+  g_mutex_lock(&srv->lock);
+  GHashTableIter it;
+  gpointer v;
+  g_hash_table_iter_init(&it, srv->sessions);
+  while (g_hash_table_iter_next(&it, NULL, &v)) {
+    fc_session *s = v;
+    t.n++;
+    t.infer += s->infer_frames;
+    t.out += s->out_frames;
+    t.late += s->late_frames;
+    t.dropped += s->dropped_frames;
+    int depth = s->r_count;
+    g_string_append_printf(per, "facecast_session_ready_frames{session=\"%s\"} %d\n", s->id, depth);
+    g_string_append_printf(per, "facecast_session_frames_total{session=\"%s\"} %llu\n", s->id,
+                           (unsigned long long)s->out_frames);
+  }
+  g_mutex_unlock(&srv->lock);
+
+  g_string_append_printf(o,
+                         "# HELP facecast_sessions Live sessions.\n# TYPE facecast_sessions gauge\n"
+                         "facecast_sessions %d\n"
+                         "facecast_sessions_max %d\n"
+                         "# TYPE facecast_sessions_created_total counter\n"
+                         "facecast_sessions_created_total %llu\n"
+                         "# TYPE facecast_sessions_rejected_total counter\n"
+                         "facecast_sessions_rejected_total %llu\n",
+                         t.n, srv->p.max_sessions, (unsigned long long)srv->sessions_created,
+                         (unsigned long long)srv->sessions_rejected);
+  g_string_append_printf(
+      o,
+      "# HELP facecast_infer_frames_total Frames produced by lip-sync.\n"
+      "# TYPE facecast_infer_frames_total counter\n"
+      "facecast_infer_frames_total %llu\n"
+      "# HELP facecast_final_frames_total Frames sent to outputs.\n"
+      "# TYPE facecast_final_frames_total counter\n"
+      "facecast_final_frames_total %llu\n"
+      "facecast_idle_frames_total %llu\n"
+      "# HELP facecast_late_frames_total Frames the pacer had to produce itself.\n"
+      "facecast_late_frames_total %llu\n"
+      "# HELP facecast_dropped_frames_total Frames an output could not take.\n"
+      "facecast_dropped_frames_total %llu\n"
+      "facecast_pacer_ticks_skipped_total %llu\n",
+      (unsigned long long)t.infer, (unsigned long long)srv->frames_out,
+      (unsigned long long)srv->frames_idle, (unsigned long long)srv->frames_late,
+      (unsigned long long)t.dropped, (unsigned long long)srv->ticks_skipped);
+  g_string_append(o, "# HELP facecast_frame_lateness_ms Push time minus the frame's deadline.\n"
+                     "# TYPE facecast_frame_lateness_ms histogram\n");
+  uint64_t cum = 0;
+  for (int b = 0; b <= FC_LATE_BUCKETS; b++) {
+    cum += srv->late_hist[b];
+    if (b < FC_LATE_BUCKETS)
+      g_string_append_printf(o, "facecast_frame_lateness_ms_bucket{le=\"%g\"} %llu\n",
+                             fc_late_bounds_ms[b], (unsigned long long)cum);
+    else
+      g_string_append_printf(o, "facecast_frame_lateness_ms_bucket{le=\"+Inf\"} %llu\n",
+                             (unsigned long long)cum);
+  }
+  g_string_append_printf(
+      o, "facecast_frame_lateness_ms_sum %.3f\nfacecast_frame_lateness_ms_count %llu\n",
+      srv->late_sum_ms, (unsigned long long)cum);
+  g_string_append(o, "# HELP facecast_session_ready_frames Frames produced ahead, per session.\n"
+                     "# TYPE facecast_session_ready_frames gauge\n");
+  g_string_append_len(o, per->str, (gssize)per->len);
+  g_string_free(per, TRUE);
+}

@@ -1,0 +1,164 @@
+/* facecast serve: server lifetime (see include/facecast/server.h and internal.h). */
+#include "facecast/error.h"
+#include "server/internal.h"
+
+#include <glib-unix.h>
+#include <glib/gstdio.h>
+#include <stdio.h>
+#include <string.h>
+
+fc_server_params fc_server_params_default(void) {
+  return (fc_server_params){.port = 8010, .width = 512, .height = 512, .max_sessions = 5};
+}
+
+static gint job_order(gconstpointer a, gconstpointer b, gpointer user) {
+  /* Frame production first: a session waiting for frames is late, a sentence waiting for
+   * synthesis is merely not started. */
+  int fa = ((const fc_job *)a)->kind == FC_JOB_FILL, fb = ((const fc_job *)b)->kind == FC_JOB_FILL;
+  return fb - fa;
+}
+
+fc_server *fc_server_create(const fc_server_params *p, int *err) {
+  fc_server *srv = g_new0(fc_server, 1);
+  srv->p = p ? *p : fc_server_params_default();
+  if (srv->p.max_sessions <= 0) srv->p.max_sessions = 5;
+  if (srv->p.width <= 0) srv->p.width = 512, srv->p.height = 512;
+  g_mutex_init(&srv->lock);
+  g_mutex_init(&srv->lipsync_lock);
+  srv->ctx = g_main_context_ref(g_main_context_default());
+  srv->loop = g_main_loop_new(srv->ctx, FALSE);
+  srv->sessions = g_hash_table_new(g_str_hash, g_str_equal);
+  srv->recordings = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+#ifdef FC_DEFAULT_WEB_DIR
+  srv->web_dir = g_strdup(srv->p.web_dir ? srv->p.web_dir : FC_DEFAULT_WEB_DIR);
+#else
+  srv->web_dir = g_strdup(srv->p.web_dir ? srv->p.web_dir : "web");
+#endif
+  GError *e = NULL;
+  if (srv->p.record_dir) {
+    srv->record_dir = g_strdup(srv->p.record_dir);
+    if (g_mkdir_with_parents(srv->record_dir, 0755) != 0) {
+      *err = fc_error_set(FC_EIO, "cannot create the recording folder %s", srv->record_dir);
+      goto fail;
+    }
+  } else if (!(srv->record_dir = g_dir_make_tmp("facecast-rec-XXXXXX", &e))) {
+    *err = fc_error_set(FC_EIO, "cannot create a recording folder: %s", e->message);
+    g_error_free(e);
+    goto fail;
+  } else {
+    srv->own_record_dir = 1;
+  }
+
+  fc_avatar_params ap = fc_avatar_params_default();
+  ap.width = srv->p.width;
+  ap.height = srv->p.height;
+  if (!srv->p.avatar) ap.framing = FC_FRAMING_HEAD;
+  if (!(srv->avatar = fc_avatar_create_from_image(
+            srv->p.avatar ? srv->p.avatar : fc_avatar_default_path(), &ap, err)))
+    goto fail;
+  fc_lipsync_params lp = {.model = srv->p.model};
+  if (!(srv->lipsync = fc_lipsync_create(&lp, err))) goto fail;
+
+  srv->workers = g_thread_pool_new(fc_job_run, srv, (gint)g_get_num_processors(), FALSE, &e);
+  if (!srv->workers) {
+    *err = fc_error_set(FC_ENOMEM, "cannot start workers: %s", e->message);
+    g_error_free(e);
+    goto fail;
+  }
+  g_thread_pool_set_sort_function(srv->workers, job_order, NULL);
+
+  srv->soup = soup_server_new("server-header", "facecast", NULL);
+  fc_http_register(srv);
+  gboolean ok;
+  if (srv->p.host) {
+    GInetAddress *a = g_inet_address_new_from_string(srv->p.host);
+    if (!a) {
+      *err = fc_error_set(FC_EINVAL, "--host '%s' is not an IP address", srv->p.host);
+      goto fail;
+    }
+    GSocketAddress *sa = g_inet_socket_address_new(a, (guint16)srv->p.port);
+    ok = soup_server_listen(srv->soup, sa, 0, &e);
+    g_object_unref(sa);
+    g_object_unref(a);
+  } else {
+    ok = soup_server_listen_all(srv->soup, (guint)srv->p.port, 0, &e);
+  }
+  if (!ok) {
+    *err = fc_error_set(FC_EIO, "cannot listen on port %d: %s", srv->p.port, e->message);
+    g_error_free(e);
+    goto fail;
+  }
+  GSList *uris = soup_server_get_uris(srv->soup);
+  srv->port = uris ? g_uri_get_port(uris->data) : srv->p.port;
+  g_slist_free_full(uris, (GDestroyNotify)g_uri_unref);
+
+  if ((*err = fc_pacer_start(srv))) goto fail;
+  *err = FC_OK;
+  return srv;
+fail:
+  fc_server_destroy(srv);
+  return NULL;
+}
+
+int fc_server_port(const fc_server *s) { return s->port; }
+
+static gboolean on_signal(gpointer data) {
+  fc_server_quit(data);
+  return G_SOURCE_CONTINUE;
+}
+
+int fc_server_run(fc_server *srv, int handle_signals) {
+  guint a = 0, b = 0;
+  if (handle_signals) {
+    a = g_unix_signal_add(SIGINT, on_signal, srv);
+    b = g_unix_signal_add(SIGTERM, on_signal, srv);
+  }
+  g_main_loop_run(srv->loop);
+  if (a) g_source_remove(a);
+  if (b) g_source_remove(b);
+  return FC_OK;
+}
+
+void fc_server_quit(fc_server *srv) { g_main_loop_quit(srv->loop); }
+
+void fc_server_destroy(fc_server *srv) {
+  if (!srv) return;
+  fc_pacer_stop(srv);
+  if (srv->soup) soup_server_disconnect(srv->soup);
+  /* Close every session (stops outputs; recordings are finished by the workers). */
+  for (;;) {
+    g_mutex_lock(&srv->lock);
+    GHashTableIter it;
+    gpointer v = NULL;
+    g_hash_table_iter_init(&it, srv->sessions);
+    int any = g_hash_table_iter_next(&it, NULL, &v);
+    if (any) fc_session_ref(v);
+    g_mutex_unlock(&srv->lock);
+    if (!any) break;
+    fc_session_close(v, "server stopping");
+    fc_session_unref(v);
+  }
+  if (srv->workers) g_thread_pool_free(srv->workers, FALSE, TRUE);
+  /* Replies the workers posted at the end are dropped with their sources. */
+  while (g_main_context_iteration(srv->ctx, FALSE)) {
+  }
+  if (srv->soup) g_object_unref(srv->soup);
+  if (srv->own_record_dir && srv->recordings) {
+    GHashTableIter it;
+    gpointer v;
+    g_hash_table_iter_init(&it, srv->recordings);
+    while (g_hash_table_iter_next(&it, NULL, &v)) g_remove(v);
+    g_rmdir(srv->record_dir);
+  }
+  if (srv->recordings) g_hash_table_destroy(srv->recordings);
+  if (srv->sessions) g_hash_table_destroy(srv->sessions);
+  fc_lipsync_destroy(srv->lipsync);
+  fc_avatar_destroy(srv->avatar);
+  g_free(srv->web_dir);
+  g_free(srv->record_dir);
+  if (srv->loop) g_main_loop_unref(srv->loop);
+  if (srv->ctx) g_main_context_unref(srv->ctx);
+  g_mutex_clear(&srv->lock);
+  g_mutex_clear(&srv->lipsync_lock);
+  g_free(srv);
+}

@@ -1,0 +1,243 @@
+/* Live sessions: creation, the ready queue, speech, events and closing (see internal.h). */
+#include "facecast/error.h"
+#include "server/internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+fc_session *fc_session_new(fc_server *srv, int *err) {
+  fc_session *s = NULL;
+  g_mutex_lock(&srv->lock);
+  guint n = g_hash_table_size(srv->sessions);
+  g_mutex_unlock(&srv->lock);
+  if ((int)n >= srv->p.max_sessions) {
+    srv->sessions_rejected++;
+    *err =
+        fc_error_set(FC_EAGAIN, "all %d sessions are in use; try again later", srv->p.max_sessions);
+    return NULL;
+  }
+  s = g_new0(fc_session, 1);
+  s->refs = 1;
+  s->srv = srv;
+  g_mutex_init(&s->lock);
+  g_mutex_init(&s->out_lock);
+  s->state = FC_LIVE_CONNECTING;
+  fc_stream_params sp = {.avatar = srv->avatar,
+                         .lipsync = srv->lipsync,
+                         .batch = FC_READY_FRAMES,
+                         .max_pending = (size_t)120 * FC_SAMPLE_RATE};
+  if (!(s->stream = fc_stream_create(&sp, err))) goto fail;
+  size_t fsz = (size_t)fc_avatar_width(srv->avatar) * fc_avatar_height(srv->avatar) * 3 / 2;
+  for (int i = 0; i < FC_READY_FRAMES; i++)
+    if (!(s->ready[i].i420 = malloc(fsz))) {
+      *err = fc_error_set(FC_ENOMEM, "out of memory");
+      goto fail;
+    }
+  g_mutex_lock(&srv->lock);
+  do snprintf(s->id, sizeof s->id, "%08x%08x", g_random_int(), g_random_int());
+  while (g_hash_table_contains(srv->sessions, s->id));
+  /* Checked again under the lock: two offers may race for the last place. */
+  if ((int)g_hash_table_size(srv->sessions) >= srv->p.max_sessions) {
+    g_mutex_unlock(&srv->lock);
+    srv->sessions_rejected++;
+    *err =
+        fc_error_set(FC_EAGAIN, "all %d sessions are in use; try again later", srv->p.max_sessions);
+    goto fail;
+  }
+  fc_session_ref(s);
+  g_hash_table_insert(srv->sessions, s->id, s);
+  srv->sessions_created++;
+  g_mutex_unlock(&srv->lock);
+  return s;
+fail:
+  fc_session_unref(s);
+  return NULL;
+}
+
+void fc_session_ref(fc_session *s) { g_atomic_int_inc(&s->refs); }
+
+void fc_session_unref(fc_session *s) {
+  if (!s || !g_atomic_int_dec_and_test(&s->refs)) return;
+  /* The last reference: nobody can reach the session any more. The output and recorder were
+   * stopped by fc_session_close (or never started). */
+  fc_stream_destroy(s->stream);
+  for (int i = 0; i < FC_READY_FRAMES; i++) free(s->ready[i].i420);
+  g_mutex_clear(&s->lock);
+  g_mutex_clear(&s->out_lock);
+  g_free(s);
+}
+
+fc_session *fc_session_find(fc_server *srv, const char *id) {
+  if (!id) return NULL;
+  g_mutex_lock(&srv->lock);
+  fc_session *s = g_hash_table_lookup(srv->sessions, id);
+  if (s) fc_session_ref(s);
+  g_mutex_unlock(&srv->lock);
+  return s;
+}
+
+void fc_session_want_fill_locked(fc_session *s) {
+  if (s->fill_queued || s->closed || s->r_count >= FC_READY_FRAMES) return;
+  if (fc_stream_pending_frames(s->stream) <= 0) return;
+  fc_job *j = g_new0(fc_job, 1);
+  j->kind = FC_JOB_FILL;
+  j->s = s;
+  fc_session_ref(s);
+  s->fill_queued = 1;
+  if (fc_job_push(s->srv, j)) s->fill_queued = 0;
+}
+
+void fc_session_fill_locked(fc_session *s) {
+  while (!s->closed && s->r_count < FC_READY_FRAMES) {
+    fc_frame_info fi;
+    const uint8_t *img;
+    const int16_t *pcm;
+    g_mutex_lock(&s->srv->lipsync_lock);
+    int err = fc_stream_next_frame(s->stream, &fi, &img, &pcm);
+    g_mutex_unlock(&s->srv->lipsync_lock);
+    if (err) {
+      if (err != FC_EAGAIN && err != FC_EEOF)
+        g_warning("session %s: frame production failed: %s", s->id, fc_error_detail(err));
+      break;
+    }
+    fc_ready_slot *slot = &s->ready[(s->r_head + s->r_count) % FC_READY_FRAMES];
+    size_t fsz = (size_t)fc_avatar_width(s->srv->avatar) * fc_avatar_height(s->srv->avatar) * 3 / 2;
+    memcpy(slot->i420, img, fsz);
+    memcpy(slot->pcm, pcm, sizeof slot->pcm);
+    slot->info = fi;
+    s->r_count++;
+    s->infer_total++;
+  }
+}
+
+void fc_session_fill(fc_session *s) {
+  g_mutex_lock(&s->lock);
+  fc_session_fill_locked(s);
+  s->fill_queued = 0;
+  g_mutex_unlock(&s->lock);
+}
+
+int fc_session_is_speaking(fc_session *s) {
+  g_mutex_lock(&s->lock);
+  int busy = s->r_count > 0 || fc_stream_pending_frames(s->stream) > 0;
+  g_mutex_unlock(&s->lock);
+  return busy || s->heard != 0;
+}
+
+void fc_session_interrupt(fc_session *s) {
+  g_mutex_lock(&s->lock);
+  fc_stream_interrupt(s->stream);
+  uint32_t cut = s->pushed_utt;
+  s->pushed_utt = 0;
+  /* Keep only the slot the pacer is pushing right now, and take its utterance marks: the cut
+   * utterance's end is posted here, and one that would start now never will. */
+  s->r_count = s->r_peeked ? 1 : 0;
+  if (s->r_peeked) {
+    s->ready[s->r_head].info.utt_started = 0;
+    s->ready[s->r_head].info.utt_ended = 0;
+  }
+  g_mutex_unlock(&s->lock);
+  if (cut) fc_session_post_event(s, "end", cut);
+}
+
+typedef struct sse_event {
+  fc_session *s;
+  const char *type;
+  uint32_t utt;
+} sse_event;
+
+static gboolean deliver_event(gpointer data) {
+  sse_event *ev = data;
+  fc_session_send_sse(ev->s, ev->type, ev->utt);
+  return G_SOURCE_REMOVE;
+}
+
+static void free_event(gpointer data) {
+  sse_event *ev = data;
+  fc_session_unref(ev->s);
+  g_free(ev);
+}
+
+void fc_session_post_event(fc_session *s, const char *type, uint32_t utt) {
+  sse_event *ev = g_new(sse_event, 1);
+  fc_session_ref(s);
+  *ev = (sse_event){s, type, utt};
+  /* An idle source rather than g_main_context_invoke, which would run at once on the main
+   * thread and could overtake a start event the pacer queued before. */
+  GSource *src = g_idle_source_new();
+  g_source_set_priority(src, G_PRIORITY_DEFAULT);
+  g_source_set_callback(src, deliver_event, ev, free_event);
+  g_source_attach(src, s->srv->ctx);
+  g_source_unref(src);
+}
+
+void fc_session_send_sse(fc_session *s, const char *type, uint32_t utt) {
+  if (strcmp(type, "start") == 0)
+    s->heard = utt;
+  else if (s->heard == utt)
+    s->heard = 0;
+  char buf[160];
+  int n = snprintf(buf, sizeof buf,
+                   "event: speech\ndata: {\"sessionid\":\"%s\",\"type\":\"%s\",\"id\":%u}\n\n",
+                   s->id, type, utt);
+  for (GList *l = s->sse; l; l = l->next) {
+    SoupServerMessage *m = l->data;
+    soup_message_body_append(soup_server_message_get_response_body(m), SOUP_MEMORY_COPY, buf,
+                             (gsize)n);
+    soup_server_message_unpause(m);
+  }
+}
+
+void fc_session_close(fc_session *s, const char *why) {
+  fc_server *srv = s->srv;
+  g_mutex_lock(&srv->lock);
+  int owned = g_hash_table_lookup(srv->sessions, s->id) == s;
+  if (owned) g_hash_table_remove(srv->sessions, s->id);
+  g_mutex_unlock(&srv->lock);
+  if (!owned) return; /* closed already */
+  fc_session_ref(s);  /* keep it alive through this function */
+  g_mutex_lock(&s->lock);
+  s->closed = 1;
+  g_mutex_unlock(&s->lock);
+  if (s->connect_timer) g_source_remove(s->connect_timer);
+  s->connect_timer = 0;
+  if (s->offer_msg) {
+    fc_http_error(s->offer_msg, 500, "session closed before the answer: %s", why);
+    soup_server_message_unpause(s->offer_msg);
+    g_object_unref(s->offer_msg);
+    s->offer_msg = NULL;
+  }
+  while (s->sse) {
+    SoupServerMessage *m = s->sse->data;
+    s->sse = g_list_delete_link(s->sse, s->sse);
+    soup_message_body_complete(soup_server_message_get_response_body(m));
+    soup_server_message_unpause(m);
+    g_object_unref(m);
+  }
+  while (s->ws) {
+    SoupWebsocketConnection *c = s->ws->data;
+    s->ws = g_list_delete_link(s->ws, s->ws);
+    if (soup_websocket_connection_get_state(c) == SOUP_WEBSOCKET_STATE_OPEN)
+      soup_websocket_connection_close(c, SOUP_WEBSOCKET_CLOSE_NORMAL, "session closed");
+    g_object_unref(c);
+  }
+  g_mutex_lock(&s->out_lock);
+  fc_live *live = s->live;
+  fc_recorder *rec = s->rec;
+  s->live = NULL;
+  s->rec = NULL;
+  g_mutex_unlock(&s->out_lock);
+  fc_live_destroy(live);
+  if (rec) {
+    fc_job *j = g_new0(fc_job, 1);
+    j->kind = FC_JOB_RECORD_STOP;
+    j->s = s;
+    j->rec = rec;
+    fc_session_ref(s);
+    fc_job_push(srv, j);
+  }
+  if (!srv->p.quiet) g_message("session %s closed: %s", s->id, why);
+  fc_session_unref(s); /* the table's reference */
+  fc_session_unref(s);
+}

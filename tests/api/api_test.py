@@ -1,0 +1,372 @@
+#!/usr/bin/env python3
+"""HTTP API of `facecast serve`, including bad input: every failure is a 4xx/5xx with a JSON
+{"code": -1, "msg": ...} body and the server keeps serving. Sessions are created from a
+browser-like SDP offer (no browser: the peer never connects, which the server tolerates for
+30 s). usage: api_test.py FACECAST_BINARY"""
+import base64
+import http.client
+import json
+import os
+import re
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import wave
+import math
+
+BIN = sys.argv[1]
+FAILS = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        FAILS.append(what)
+
+
+def start_server(*extra):
+    p = subprocess.Popen([BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--quiet", *extra],
+                         stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        line = p.stderr.readline()
+        m = re.search(r"serving on http://[^:]+:(\d+)/", line)
+        if m:
+            return p, int(m.group(1))
+        if not line and p.poll() is not None:
+            break
+    p.kill()
+    raise SystemExit("server did not start")
+
+
+class Client:
+    def __init__(self, port):
+        self.port = port
+
+    def req(self, method, path, body=None, ctype="application/json", headers=None):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        h = dict(headers or {})
+        if body is not None:
+            if isinstance(body, (dict, list)):
+                body = json.dumps(body)
+            if isinstance(body, str):
+                body = body.encode()
+            if ctype:
+                h["Content-Type"] = ctype
+        c.request(method, path, body=body, headers=h)
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        js = None
+        if r.getheader("Content-Type", "").startswith("application/json"):
+            try:
+                js = json.loads(data)
+            except ValueError:
+                js = "unparseable"
+        return r.status, js, data, r
+
+    def post(self, path, obj, **kw):
+        return self.req("POST", path, obj, **kw)
+
+
+def is_error(st, js, code):
+    return st == code and isinstance(js, dict) and js.get("code") == -1 and isinstance(js.get("msg"), str) and js["msg"]
+
+
+FINGERPRINT = ":".join(["AB"] * 32)
+
+
+def offer_sdp(video="H264/90000", fmtp="level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f",
+              audio=True):
+    lines = ["v=0", "o=- 4611731400430051336 2 IN IP4 127.0.0.1", "s=-", "t=0 0",
+             "a=group:BUNDLE 0" + (" 1" if audio else ""), "a=msid-semantic: WMS"]
+    def media(kind, mid, pt, rtpmap, fm):
+        return [f"m={kind} 9 UDP/TLS/RTP/SAVPF {pt}", "c=IN IP4 0.0.0.0", "a=rtcp:9 IN IP4 0.0.0.0",
+                "a=ice-ufrag:fcTe", "a=ice-pwd:facecastfacecastfacecast", "a=ice-options:trickle",
+                f"a=fingerprint:sha-256 {FINGERPRINT}", "a=setup:actpass", f"a=mid:{mid}", "a=recvonly",
+                "a=rtcp-mux", f"a=rtpmap:{pt} {rtpmap}"] + ([f"a=fmtp:{pt} {fm}"] if fm else []) + \
+               ([f"a=rtcp-fb:{pt} nack pli"] if kind == "video" else [])
+    lines += media("video", 0, 102, video, fmtp)
+    if audio:
+        lines += media("audio", 1, 111, "opus/48000/2", "minptime=10;useinbandfec=1")
+    return "\r\n".join(lines) + "\r\n"
+
+
+def wav_bytes(seconds=1.0, rate=16000, freq=300.0, corrupt=False):
+    fd, path = tempfile.mkstemp(suffix=".wav")
+    os.close(fd)
+    with wave.open(path, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        n = int(seconds * rate)
+        w.writeframes(b"".join(struct.pack("<h", int(12000 * math.sin(2 * math.pi * freq * i / rate))) for i in range(n)))
+    data = open(path, "rb").read()
+    os.remove(path)
+    return data[:60] if corrupt else data
+
+
+def multipart(fields):
+    b = "----facecastBoundary7MA4YWxk"
+    out = b""
+    for name, (fname, value) in fields.items():
+        out += f"--{b}\r\n".encode()
+        if fname:
+            out += f'Content-Disposition: form-data; name="{name}"; filename="{fname}"\r\nContent-Type: audio/wav\r\n\r\n'.encode()
+        else:
+            out += f'Content-Disposition: form-data; name="{name}"\r\n\r\n'.encode()
+        out += value + b"\r\n"
+    out += f"--{b}--\r\n".encode()
+    return out, f"multipart/form-data; boundary={b}"
+
+
+def raw_request(port, head):
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(head.encode())
+    data = b""
+    try:
+        while b"\r\n\r\n" not in data:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        m = re.search(rb"Content-Length: *(\d+)", data, re.I)
+        if m:
+            want = data.index(b"\r\n\r\n") + 4 + int(m.group(1))
+            while len(data) < want:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+    except socket.timeout:
+        pass
+    s.close()
+    status = int(data.split(b" ")[1]) if data.startswith(b"HTTP/") else 0
+    body = data.split(b"\r\n\r\n", 1)[1] if b"\r\n\r\n" in data else b""
+    return status, body
+
+
+def ws_connect(port, path):
+    """A minimal RFC 6455 client: enough to send binary frames and see a close."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    key = base64.b64encode(os.urandom(16)).decode()
+    s.sendall((f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+               f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+    resp = b""
+    while b"\r\n\r\n" not in resp:
+        resp += s.recv(4096)
+    head, rest = resp.split(b"\r\n\r\n", 1)
+    return s, int(head.split(b" ")[1]), rest
+
+
+def ws_send_binary(s, payload):
+    mask = os.urandom(4)
+    n = len(payload)
+    hdr = bytes([0x82]) + (bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + struct.pack(">H", n))
+    s.sendall(hdr + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+
+
+def ws_read_frame(s, rest=b""):
+    data = rest
+    s.settimeout(5)
+    try:
+        while len(data) < 2:
+            data += s.recv(4096)
+        n = data[1] & 0x7F
+        off = 2
+        if n == 126:
+            while len(data) < 4:
+                data += s.recv(4096)
+            n = struct.unpack(">H", data[2:4])[0]
+            off = 4
+        while len(data) < off + n:
+            data += s.recv(4096)
+        return data[0] & 0x0F, data[off:off + n]
+    except (socket.timeout, ConnectionError):
+        return None, b""
+
+
+def main():
+    proc, port = start_server("--max-sessions", "3")
+    c = Client(port)
+    try:
+        st, js, _, _ = c.req("GET", "/healthz")
+        check(st == 200 and js["code"] == 0 and js["data"]["sessions"] == 0, "healthz")
+        check(js["data"]["width"] == 512 and js["data"]["mouth"]["w"] > 20, "healthz reports frame and mouth box")
+        st, _, body, r = c.req("GET", "/")
+        check(st == 200 and b"<html" in body.lower() and r.getheader("Content-Type").startswith("text/html"), "web page at /")
+        st, js, _, _ = c.req("GET", "/no-such-file.js")
+        check(is_error(st, js, 404), "unknown path: 404 JSON")
+        st, _ = raw_request(port, "GET /../../etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n")
+        check(st in (400, 404), "path traversal refused (%d)" % st)
+
+        # Bad /offer input.
+        st, js, _, _ = c.post("/offer", "{not json", ctype="application/json")
+        check(is_error(st, js, 400), "malformed JSON: 400")
+        st, js, _, _ = c.post("/offer", {"sdp": "x", "type": "offer"}, ctype="text/plain")
+        check(is_error(st, js, 415), "wrong content type: 415")
+        st, js, _, _ = c.post("/offer", [1, 2])
+        check(is_error(st, js, 400), "JSON array: 400")
+        st, js, _, _ = c.post("/offer", {"type": "offer"})
+        check(is_error(st, js, 400) and "sdp" in js["msg"], "missing sdp: 400")
+        st, js, _, _ = c.post("/offer", {"sdp": offer_sdp(), "type": "answer"})
+        check(is_error(st, js, 400), "type answer: 400")
+        st, js, _, _ = c.post("/offer", {"sdp": "this is not SDP at all", "type": "offer"})
+        check(is_error(st, js, 400), "garbage SDP: 400 (%s)" % (js or {}).get("msg"))
+        st, js, _, _ = c.post("/offer", {"sdp": offer_sdp(video="VP8/90000", fmtp=None), "type": "offer"})
+        check(is_error(st, js, 400), "offer without H.264: 400 (%s)" % (js or {}).get("msg"))
+        st, js, _, _ = c.post("/offer", {"sdp": offer_sdp(), "type": "offer", "avatar": "nobody"})
+        check(is_error(st, js, 404), "unknown avatar: 404")
+        st, js, _, _ = c.req("GET", "/healthz")
+        check(js["data"]["sessions"] == 0, "failed offers leave no session behind")
+
+        # A session.
+        st, js, _, _ = c.post("/offer", {"sdp": offer_sdp(), "type": "offer"})
+        check(st == 200 and js.get("type") == "answer" and "m=video" in js.get("sdp", "") and
+              isinstance(js.get("sessionid"), str), "offer → answer (%d)" % st)
+        sid = js.get("sessionid") if isinstance(js, dict) else None
+        check(sid is not None and "a=candidate" in js.get("sdp", ""), "answer carries ICE candidates")
+
+        st, js, _, _ = c.post("/human", {"sessionid": "nope", "text": "hi", "type": "echo"})
+        check(is_error(st, js, 404), "unknown session: 404")
+        st, js, _, _ = c.post("/human", {"sessionid": 12345, "text": "hi", "type": "echo"})
+        check(is_error(st, js, 404), "unknown numeric session: 404")
+        st, js, _, _ = c.post("/human", {"text": "hi"})
+        check(is_error(st, js, 400), "missing sessionid: 400")
+        st, js, _, _ = c.post("/human", {"sessionid": sid, "text": "   ", "type": "echo"})
+        check(is_error(st, js, 400), "empty text: 400")
+        st, js, _, _ = c.post("/human", {"sessionid": sid, "text": 42, "type": "echo"})
+        check(is_error(st, js, 400), "text not a string: 400")
+        st, js, _, _ = c.post("/human", {"sessionid": sid, "text": "hello", "type": "chat"})
+        check(is_error(st, js, 501) and "not configured" in js["msg"], "chat: not configured (501)")
+        st, js, _, _ = c.post("/human", {"sessionid": sid, "text": "hello", "type": "echo", "voice": "xx-nope"})
+        check(is_error(st, js, 400), "unknown voice: 400")
+        st, js, _, _ = c.post("/human", {"sessionid": sid, "text": "Hello there, this is a test of speaking.", "type": "echo"})
+        check(st == 200 and js["code"] == 0, "human echo")
+        st, js, _, _ = c.post("/is_speaking", {"sessionid": sid})
+        check(st == 200 and js["data"] is True, "is_speaking true while speaking")
+        st, js, _, _ = c.post("/interrupt_talk", {"sessionid": sid})
+        check(st == 200 and js["code"] == 0, "interrupt_talk")
+        time.sleep(0.3)
+        st, js, _, _ = c.post("/is_speaking", {"sessionid": sid})
+        check(st == 200 and js["data"] is False, "is_speaking false after interrupt")
+
+        # Uploads.
+        body, ct = multipart({"sessionid": (None, sid.encode()), "file": ("a.wav", wav_bytes(corrupt=True))})
+        st, js, _, _ = c.req("POST", "/humanaudio", body, ctype=ct)
+        check(is_error(st, js, 400), "corrupt WAV upload: 400 (%s)" % (js or {}).get("msg"))
+        body, ct = multipart({"sessionid": (None, sid.encode())})
+        st, js, _, _ = c.req("POST", "/humanaudio", body, ctype=ct)
+        check(is_error(st, js, 400), "upload without file: 400")
+        st, js, _, _ = c.req("POST", "/humanaudio", b"--x\r\n", ctype="multipart/form-data; boundary=x")
+        check(is_error(st, js, 400), "malformed multipart: 400")
+        st, js, _, _ = c.req("POST", "/humanaudio", b"abc", ctype="application/octet-stream")
+        check(is_error(st, js, 415), "upload with wrong content type: 415")
+        st, body413 = raw_request(port, "POST /humanaudio HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=x\r\n"
+                                        "Content-Length: 400000000\r\n\r\n")
+        check(st == 413 and json.loads(body413 or b"{}").get("code") == -1, "oversized upload: 413 before the body is read")
+        st, _ = raw_request(port, "POST /human HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                  "Transfer-Encoding: chunked\r\n\r\n5\r\n{\"a\":\r\n0\r\n\r\n")
+        check(st == 411, "chunked body without length: 411 (%d)" % st)
+
+        # Recording.
+        st, js, _, _ = c.post("/record", {"sessionid": sid, "type": "end_record"})
+        check(is_error(st, js, 409), "end_record when not recording: 409")
+        st, js, _, _ = c.post("/record", {"sessionid": sid, "type": "pause"})
+        check(is_error(st, js, 400), "bad record type: 400")
+        st, js, _, _ = c.post("/record", {"sessionid": sid, "type": "start_record"})
+        check(st == 200 and js["code"] == 0, "start_record")
+        st, js, _, _ = c.post("/record", {"sessionid": sid, "type": "start_record"})
+        check(is_error(st, js, 409), "start_record twice: 409")
+        body, ct = multipart({"sessionid": (None, sid.encode()), "file": ("tone.wav", wav_bytes(0.6, 44100))})
+        st, js, _, _ = c.req("POST", "/humanaudio", body, ctype=ct)
+        check(st == 200 and js["code"] == 0, "WAV upload (44.1 kHz)")
+        time.sleep(1.2)
+        st, js, _, _ = c.post("/record", {"sessionid": sid, "type": "end_record"})
+        check(st == 200 and js["data"]["url"] == f"/record/{sid}", "end_record → url")
+        st, _, mp4, r = c.req("GET", f"/record/{sid}")
+        check(st == 200 and r.getheader("Content-Type") == "video/mp4" and mp4[4:8] == b"ftyp", "recording download")
+        fd, path = tempfile.mkstemp(suffix=".mp4")
+        os.write(fd, mp4)
+        os.close(fd)
+        pr = subprocess.run(["ffprobe", "-v", "error", "-show_entries", "stream=codec_name,duration", "-of", "csv=p=0", path],
+                            capture_output=True, text=True)
+        os.remove(path)
+        check("h264" in pr.stdout and "aac" in pr.stdout, "recording has H.264 + AAC (%s)" % pr.stdout.strip().replace("\n", " "))
+        st, js, _, _ = c.req("GET", "/record/nope")
+        check(is_error(st, js, 404), "unknown recording: 404")
+
+        # SSE.
+        st, js, _, _ = c.req("GET", "/sse?sessionid=nope")
+        check(is_error(st, js, 404), "SSE unknown session: 404")
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(f"GET /sse?sessionid={sid} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        got = b""
+        t0 = time.time()
+        c.post("/human", {"sessionid": sid, "text": "One two.", "type": "echo"})
+        while time.time() - t0 < 8 and b'"type":"end"' not in got:
+            try:
+                got += s.recv(4096)
+            except socket.timeout:
+                break
+        s.close()
+        check(b"text/event-stream" in got and b'"type":"start"' in got and b'"type":"end"' in got, "SSE start and end events")
+
+        # WebSocket microphone audio.
+        ws, st, rest = ws_connect(port, "/ws/audio?sessionid=nope")
+        op, payload = ws_read_frame(ws, rest) if st == 101 else (None, b"")
+        check(st == 101 and op == 8, "WS unknown session: closed with a reason (%r)" % payload[2:])
+        ws.close()
+        ws, st, rest = ws_connect(port, f"/ws/audio?sessionid={sid}")
+        check(st == 101, "WS audio upgrade")
+        tone = b"".join(struct.pack("<h", int(9000 * math.sin(2 * math.pi * 220 * i / 16000))) for i in range(320))
+        for _ in range(40):
+            ws_send_binary(ws, tone)
+        time.sleep(0.2)
+        st2, js2, _, _ = c.post("/is_speaking", {"sessionid": sid})
+        check(st2 == 200, "server alive after WS audio")
+        ws.close()
+
+        # WHEP and limits.
+        st, _, body, r = c.req("POST", "/whep", offer_sdp(), ctype="application/sdp")
+        loc = r.getheader("Location") or ""
+        check(st == 201 and loc.startswith("/whep/") and body.startswith(b"v=0"), "WHEP: 201 + Location + SDP")
+        st, js, _, _ = c.req("POST", "/whep", "v=0 garbage", ctype="application/sdp")
+        check(is_error(st, js, 400), "WHEP garbage SDP: 400")
+        st, js, _, _ = c.post("/offer", {"sdp": offer_sdp(), "type": "offer"})
+        check(st == 200, "third session")
+        st, js, _, _ = c.post("/offer", {"sdp": offer_sdp(), "type": "offer"})
+        check(is_error(st, js, 503), "past --max-sessions: 503")
+        st, js, _, _ = c.req("DELETE", loc)
+        check(st == 200, "WHEP DELETE")
+        st, js, _, _ = c.req("DELETE", loc)
+        check(is_error(st, js, 404), "WHEP DELETE again: 404")
+        st, js, _, _ = c.req("DELETE", f"/session/{sid}")
+        check(st == 200, "DELETE /session")
+        st, js, _, _ = c.post("/is_speaking", {"sessionid": sid})
+        check(is_error(st, js, 404), "deleted session is gone")
+        st, js, _, _ = c.req("GET", "/healthz")
+        check(js["data"]["sessions"] == 1, "one session left (%s)" % js["data"]["sessions"])
+        st, _, body, _ = c.req("GET", "/metrics")
+        text = body.decode()
+        check(st == 200 and "facecast_sessions 1" in text and "facecast_frame_lateness_ms_bucket" in text, "metrics")
+        st, js, _, _ = c.req("PUT", "/human", {"x": 1})
+        check(st in (404, 405) and js["code"] == -1, "wrong method: 4xx JSON")
+        check(proc.poll() is None, "server still running")
+    finally:
+        proc.terminate()
+        try:
+            rc = proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = -9
+    check(rc == 0, "server exits cleanly on SIGTERM (rc %s)" % rc)
+    print(f"{len(FAILS)} failed" if FAILS else "all API checks passed")
+    return 1 if FAILS else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
