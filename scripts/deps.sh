@@ -9,10 +9,15 @@ pkgs=(
   build-essential cmake pkg-config
   libglib2.0-dev libsoxr-dev libespeak-ng-dev espeak-ng-data libyuv-dev libpng-dev libjpeg-dev
   libfftw3-dev opencv-data
-  libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev gstreamer1.0-plugins-base
-  gstreamer1.0-plugins-good gstreamer1.0-plugins-ugly gstreamer1.0-libav
-  python3-skimage python3-numpy python3-scipy ffmpeg
+  libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstreamer-plugins-bad1.0-dev
+  gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad
+  gstreamer1.0-plugins-ugly gstreamer1.0-libav gstreamer1.0-nice
+  libsoup-3.0-dev libjson-glib-dev
+  python3-skimage python3-numpy python3-scipy ffmpeg chromium
 )
+# Node.js 20 (for the browser tests' playwright-core) comes with the machine; Debian's nodejs
+# is 18, too old, so it is installed only where there is no node at all.
+command -v node >/dev/null 2>&1 || pkgs+=(nodejs npm)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -27,3 +32,9 @@ fi
 astro=/usr/lib/python3/dist-packages/skimage/data/astronaut.png
 mkdir -p data/avatars
 [ -f data/avatars/default.png ] || cp "$astro" data/avatars/default.png
+
+# The browser tests' npm packages (playwright-core only; it drives Debian's chromium and never
+# downloads a browser). Installed from the lockfile, once.
+if [ ! -d tests/browser/node_modules/playwright-core ]; then
+  (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
+fi

@@ -223,6 +223,21 @@ static void test_stream_live(void) {
   }
   FC_CHECK_INT(first, ==, 10);
   FC_CHECK_INT(last, ==, 22);
+  /* After an utterance with phonemes, streamed audio (a microphone) drives the mouth again. */
+  fc_speech sp;
+  FC_REQUIRE(fc_tts_speak("Hi.", NULL, &sp) == 0);
+  FC_REQUIRE(fc_stream_push_speech(st, sp.audio.samples, sp.audio.n, sp.ph, sp.n_ph, NULL) == 0);
+  while (fc_stream_next_frame(st, &fi, &img, &pcm) == 0) {
+  }
+  fc_speech_free(&sp);
+  FC_REQUIRE(fc_stream_push_audio(st, tone, 6400) == 0);
+  double moved = 0;
+  int w = fc_avatar_width(av);
+  const fc_mouth_geom *g = fc_avatar_mouth(av, 0);
+  fc_rect mouth = {(int)(g->cx - g->half_w), (int)(g->cy - 10), (int)(2 * g->half_w), 30};
+  while (fc_stream_next_frame(st, &fi, &img, &pcm) == 0)
+    moved = fmax(moved, region_diff(rest, img, w, mouth));
+  FC_CHECK(moved > 15);
   /* The bound: 1 s of pending speech at most. */
   float big[17000] = {0};
   FC_CHECK_INT(fc_stream_push_speech(st, big, 17000, NULL, 0, NULL), ==, FC_EAGAIN);

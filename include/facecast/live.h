@@ -11,7 +11,8 @@
  * queues are bounded and leak the oldest buffers when a consumer stalls (counted as dropped).
  *
  * Threads: create/destroy from any one thread (the server's main loop); push from the pacer
- * thread; callbacks arrive on GStreamer's threads — the caller marshals them to its loop. As in
+ * thread; callbacks arrive on GStreamer's threads — the caller marshals them to its loop, and
+ * a callback must not call fc_live_destroy (destroy waits for callbacks in progress). As in
  * libuv, when a call returns an error its callback is never called. */
 #ifndef FACECAST_LIVE_H
 #define FACECAST_LIVE_H
@@ -29,7 +30,7 @@ typedef enum fc_live_state {
   FC_LIVE_CONNECTING,
   FC_LIVE_CONNECTED, /* ICE + DTLS up: media flows */
   FC_LIVE_FAILED,    /* ICE or DTLS failed, or the pipeline broke */
-  FC_LIVE_CLOSED,    /* the peer went away (ICE disconnected/closed) */
+  FC_LIVE_CLOSED,    /* the peer went away: ICE closed, an RTCP BYE, or no RTCP for 5 s */
 } fc_live_state;
 
 typedef struct fc_live fc_live;
@@ -73,7 +74,8 @@ int fc_live_push(fc_live *l, const uint8_t *i420, int64_t index, const int16_t *
 void fc_live_force_keyframe(fc_live *l);
 
 typedef struct fc_live_stats {
-  uint64_t frames_pushed, frames_dropped; /* dropped: leaked from a full queue */
+  uint64_t frames_pushed, frames_dropped; /* dropped: discarded from a full queue, also while
+                                             the connection is still coming up */
   uint64_t bytes_sent;                    /* encoded bytes leaving the encoders */
   fc_live_state state;
 } fc_live_stats;

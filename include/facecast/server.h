@@ -39,6 +39,20 @@ int fc_server_run(fc_server *s, int handle_signals);
 void fc_server_quit(fc_server *s);
 void fc_server_destroy(fc_server *s);
 
+/* One run of the serving benchmark: `sessions` live sessions without browsers (the same
+ * encoders into fakesinks), `talking` of them speaking all the time, for `seconds`. */
+typedef struct fc_serve_bench {
+  int sessions, talking;
+  double seconds;
+  double final_fps;         /* frames per second per session that reached the encoder */
+  double late_p50_ms, late_p99_ms; /* pacer push time minus deadline, over all frames */
+  double cpu_per_session;   /* CPU cores used by the process per session */
+  unsigned long long dropped, skipped_ticks, late_frames;
+} fc_serve_bench;
+
+int fc_server_bench(const fc_server_params *p, int sessions, int talking, double seconds,
+                    fc_serve_bench *out);
+
 #ifdef __cplusplus
 }
 #endif

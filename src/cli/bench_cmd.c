@@ -6,6 +6,7 @@
 #include "cli/cli.h"
 #include "facecast/error.h"
 #include "facecast/render.h"
+#include "facecast/server.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -20,8 +21,92 @@ static const char *paragraph =
 
 static void bench_usage(FILE *f) {
   fputs("usage: facecast bench render [--seconds S] [--size N|WxH] [--avatar IMG]\n"
-        "                             [--preset P] [--json]\n",
+        "                             [--preset P] [--json]\n"
+        "       facecast bench serve [--sessions N[,N...]] [--seconds S] [--talking FRACTION]\n"
+        "                            [--size N|WxH] [--avatar IMG] [--json]\n",
         f);
+}
+
+/* bench serve: for each session count, N live sessions (NULL outputs: encoders into
+ * fakesinks) with the real pacer and workers; prints final fps, lateness and CPU, and the
+ * largest N that holds 25 fps with p99 lateness <= 40 ms. */
+static int bench_serve(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"sessions", required_argument, 0, 'n'}, {"seconds", required_argument, 0, 'S'},
+      {"talking", required_argument, 0, 't'},  {"size", required_argument, 0, 's'},
+      {"avatar", required_argument, 0, 'a'},   {"json", no_argument, 0, 'j'},
+      {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+  const char *list = "1,2,4,8,12,16,20,24,28,32";
+  double seconds = 10, talking = 1.0;
+  int json = 0, c, err;
+  fc_server_params sp = fc_server_params_default();
+  optind = 1;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+    case 'n': list = optarg; break;
+    case 'S':
+      seconds = strtod(optarg, NULL);
+      if (!(seconds >= 2 && seconds <= 3600)) {
+        fprintf(stderr, "facecast: error: --seconds '%s': expected 2..3600\n", optarg);
+        return FC_EXIT_INPUT;
+      }
+      break;
+    case 't':
+      talking = strtod(optarg, NULL);
+      if (!(talking >= 0 && talking <= 1)) {
+        fprintf(stderr, "facecast: error: --talking '%s': expected 0..1\n", optarg);
+        return FC_EXIT_INPUT;
+      }
+      break;
+    case 's':
+      if ((err = fc_cli_parse_size(optarg, &sp.width, &sp.height))) return fc_cli_fail(err);
+      break;
+    case 'a': sp.avatar = optarg; break;
+    case 'j': json = 1; break;
+    case 'h': bench_usage(stdout); return FC_EXIT_OK;
+    default: bench_usage(stderr); return FC_EXIT_INPUT;
+    }
+  }
+  int counts[64], nc = 0;
+  for (const char *q = list; *q && nc < 64;) {
+    char *end;
+    long v = strtol(q, &end, 10);
+    if (end == q || v < 1 || v > 4096 || (*end && *end != ',')) {
+      fprintf(stderr, "facecast: error: --sessions '%s': expected N or N,N,...\n", list);
+      return FC_EXIT_INPUT;
+    }
+    counts[nc++] = (int)v;
+    q = *end ? end + 1 : end;
+  }
+  if (!json)
+    printf("bench serve: %dx%d, %.0f %% talking, %.0f s per point\n"
+           "sessions  final fps  p50 late ms  p99 late ms  CPU/session  dropped  holds\n",
+           sp.width, sp.height, talking * 100, seconds);
+  int best = 0;
+  for (int i = 0; i < nc; i++) {
+    fc_serve_bench r;
+    int talk = (int)(counts[i] * talking + 0.5);
+    if ((err = fc_server_bench(&sp, counts[i], talk, seconds, &r))) return fc_cli_fail(err);
+    int holds = r.final_fps >= 24.5 && r.late_p99_ms <= 40.0;
+    if (holds && counts[i] > best) best = counts[i];
+    if (json)
+      printf("{\"bench\":\"serve\",\"sessions\":%d,\"talking\":%d,\"width\":%d,\"height\":%d,"
+             "\"final_fps\":%.2f,\"late_p50_ms\":%.2f,\"late_p99_ms\":%.2f,"
+             "\"cpu_per_session\":%.4f,\"dropped\":%llu,\"skipped_ticks\":%llu,"
+             "\"late_frames\":%llu,\"holds\":%s}\n",
+             r.sessions, r.talking, sp.width, sp.height, r.final_fps, r.late_p50_ms,
+             r.late_p99_ms, r.cpu_per_session, r.dropped, r.skipped_ticks, r.late_frames,
+             holds ? "true" : "false");
+    else
+      printf("%8d  %9.2f  %11.2f  %11.2f  %10.1f%%  %7llu  %s\n", r.sessions, r.final_fps,
+             r.late_p50_ms, r.late_p99_ms, r.cpu_per_session * 100, r.dropped,
+             holds ? "yes" : "no");
+    fflush(stdout);
+  }
+  if (json) printf("{\"bench\":\"serve\",\"max_sessions_holding\":%d}\n", best);
+  else printf("largest session count holding 25 fps with p99 lateness <= 40 ms: %d\n", best);
+  return FC_EXIT_OK;
 }
 
 static int make_stream(const fc_speech *sp, double seconds, const fc_avatar *av, fc_lipsync *ls,
@@ -141,11 +226,12 @@ done:
 
 int fc_cmd_bench(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "render") == 0) return bench_render(argc - 1, argv + 1);
+  if (argc >= 2 && strcmp(argv[1], "serve") == 0) return bench_serve(argc - 1, argv + 1);
   if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
     bench_usage(stdout);
     return FC_EXIT_OK;
   }
-  fprintf(stderr, "facecast: error: bench: expected a benchmark name (render)\n");
+  fprintf(stderr, "facecast: error: bench: expected a benchmark name (render, serve)\n");
   bench_usage(stderr);
   return FC_EXIT_INPUT;
 }

@@ -183,7 +183,11 @@ static GstBusSyncReply on_bus_message(GstBus *bus, GstMessage *msg, gpointer dat
     return GST_BUS_PASS; /* finish() pops it to stop waiting */
   }
   case GST_MESSAGE_EOS: return GST_BUS_PASS;
-  default: return GST_BUS_DROP; /* nobody reads them; keep the bus queue empty */
+  default:
+    /* Nobody reads them; keep the bus queue empty. A sync handler that drops a message owns
+     * it and must unref it, or every message (and through them the pipeline) leaks. */
+    gst_message_unref(msg);
+    return GST_BUS_DROP;
   }
 }
 

@@ -598,15 +598,6 @@ static void h_record(SoupServer *server, SoupServerMessage *msg, const char *pat
 
 /* ---- events and audio in ---------------------------------------------------------------- */
 
-static void sse_finished(SoupServerMessage *msg, gpointer user) {
-  fc_session *s = user;
-  GList *l = g_list_find(s->sse, msg);
-  if (l) {
-    s->sse = g_list_delete_link(s->sse, l);
-    g_object_unref(msg);
-  }
-}
-
 static void h_sse(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
                   gpointer user) {
   if (!require_method(msg, "GET")) return;
@@ -628,10 +619,7 @@ static void h_sse(SoupServer *server, SoupServerMessage *msg, const char *path, 
   static const char hello[] = ": facecast events\n\n";
   soup_message_body_append(soup_server_message_get_response_body(msg), SOUP_MEMORY_STATIC, hello,
                            sizeof hello - 1);
-  s->sse = g_list_prepend(s->sse, g_object_ref(msg));
-  /* The session outlives this handler: fc_session_close completes every SSE stream (removing
-   * it from the list) before the table's reference goes. */
-  g_signal_connect(msg, "finished", G_CALLBACK(sse_finished), s);
+  fc_session_add_sse(s, msg);
   fc_session_unref(s);
 }
 

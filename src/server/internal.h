@@ -65,6 +65,9 @@ typedef struct fc_server {
   double late_sum_ms;
   uint64_t frames_out, frames_idle, frames_late, frames_dropped, ticks_skipped;
   uint64_t sessions_created, sessions_rejected;
+  /* Benchmarks only: every frame's lateness in ms (preallocated; NULL otherwise). */
+  float *late_samples;
+  size_t late_cap, late_n;
 } fc_server;
 
 struct fc_session {
@@ -119,6 +122,8 @@ int fc_session_is_speaking(fc_session *s);
 void fc_session_interrupt(fc_session *s);
 /* Posts an SSE event (start/end of an utterance) to the main loop. Any thread. */
 void fc_session_post_event(fc_session *s, const char *type, uint32_t utt);
+/* Main loop: adds an event stream (the response of GET /sse). */
+void fc_session_add_sse(fc_session *s, SoupServerMessage *msg);
 /* Main loop: writes an event to the session's SSE clients. */
 void fc_session_send_sse(fc_session *s, const char *type, uint32_t utt);
 

@@ -10,6 +10,7 @@ void fc_metrics_late(fc_server *srv, double ms) {
   while (b < FC_LATE_BUCKETS && ms > fc_late_bounds_ms[b]) b++;
   srv->late_hist[b]++;
   srv->late_sum_ms += ms;
+  if (srv->late_samples && srv->late_n < srv->late_cap) srv->late_samples[srv->late_n++] = (float)ms;
 }
 
 typedef struct totals {

@@ -124,8 +124,8 @@ void fc_server_quit(fc_server *srv) { g_main_loop_quit(srv->loop); }
 void fc_server_destroy(fc_server *srv) {
   if (!srv) return;
   fc_pacer_stop(srv);
-  if (srv->soup) soup_server_disconnect(srv->soup);
-  /* Close every session (stops outputs; recordings are finished by the workers). */
+  /* Close every session (stops outputs; recordings are finished by the workers) while the
+   * HTTP side is still connected: closing completes their event streams. */
   for (;;) {
     g_mutex_lock(&srv->lock);
     GHashTableIter it;
@@ -138,6 +138,7 @@ void fc_server_destroy(fc_server *srv) {
     fc_session_close(v, "server stopping");
     fc_session_unref(v);
   }
+  if (srv->soup) soup_server_disconnect(srv->soup);
   if (srv->workers) g_thread_pool_free(srv->workers, FALSE, TRUE);
   /* Replies the workers posted at the end are dropped with their sources. */
   while (g_main_context_iteration(srv->ctx, FALSE)) {

@@ -2,6 +2,7 @@
 #include "facecast/error.h"
 #include "server/internal.h"
 
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +36,8 @@ fc_session *fc_session_new(fc_server *srv, int *err) {
       goto fail;
     }
   g_mutex_lock(&srv->lock);
-  do snprintf(s->id, sizeof s->id, "%08x%08x", g_random_int(), g_random_int());
+  /* Decimal and below 2^31: LiveTalking's page runs parseInt() on the id. */
+  do snprintf(s->id, sizeof s->id, "%d", g_random_int_range(100000000, 2000000000));
   while (g_hash_table_contains(srv->sessions, s->id));
   /* Checked again under the lock: two offers may race for the last place. */
   if ((int)g_hash_table_size(srv->sessions) >= srv->p.max_sessions) {
@@ -189,6 +191,21 @@ void fc_session_send_sse(fc_session *s, const char *type, uint32_t utt) {
   }
 }
 
+static void sse_finished(SoupServerMessage *msg, gpointer user) {
+  fc_session *s = user;
+  GList *l = g_list_find(s->sse, msg);
+  if (l) {
+    s->sse = g_list_delete_link(s->sse, l);
+    g_object_unref(msg);
+  }
+}
+
+void fc_session_add_sse(fc_session *s, SoupServerMessage *msg) {
+  s->sse = g_list_prepend(s->sse, g_object_ref(msg));
+  /* No reference for the handler: fc_session_close disconnects it before the session can go. */
+  g_signal_connect(msg, "finished", G_CALLBACK(sse_finished), s);
+}
+
 void fc_session_close(fc_session *s, const char *why) {
   fc_server *srv = s->srv;
   g_mutex_lock(&srv->lock);
@@ -211,6 +228,7 @@ void fc_session_close(fc_session *s, const char *why) {
   while (s->sse) {
     SoupServerMessage *m = s->sse->data;
     s->sse = g_list_delete_link(s->sse, s->sse);
+    g_signal_handlers_disconnect_by_func(m, sse_finished, s);
     soup_message_body_complete(soup_server_message_get_response_body(m));
     soup_server_message_unpause(m);
     g_object_unref(m);
@@ -229,6 +247,9 @@ void fc_session_close(fc_session *s, const char *why) {
   s->rec = NULL;
   g_mutex_unlock(&s->out_lock);
   fc_live_destroy(live);
+  /* A session's pipeline frees a few megabytes in many small blocks; hand them back to the
+   * system now, so the resident size tracks the sessions that are open. */
+  malloc_trim(0);
   if (rec) {
     fc_job *j = g_new0(fc_job, 1);
     j->kind = FC_JOB_RECORD_STOP;

@@ -223,6 +223,9 @@ static void consume_frame(fc_stream *s) {
     if (s->utt[i].end > 0) s->utt[keep++] = s->utt[i];
   }
   s->n_utt = keep;
+  /* Phonemes belong to utterances: once the last one has gone out, none is active any more
+   * (streamed audio after it must drive the mouth by itself). */
+  if (!s->n_utt) s->n_ph = 0;
 }
 
 /* Fills the ring with up to `batch` frames. Returns how many, or an error. */
@@ -251,7 +254,12 @@ static int produce(fc_stream *s) {
     s->reqs[i].avatar = s->av;
     s->reqs[i].frame = (int)(fi->index % (1 << 30));
     s->reqs[i].mel = NULL;
-    s->reqs[i].mouth = fc_viseme_tracker_push(&s->tracker, s->frame_pcm, 0, s->ph, s->n_ph);
+    /* Inside an utterance the phonemes say what the mouth does; elsewhere the audio does. */
+    int in_utt = 0;
+    for (size_t u = 0; u < s->n_utt && !in_utt; u++)
+      in_utt = s->utt[u].start < SPF && s->utt[u].end > 0;
+    s->reqs[i].mouth = fc_viseme_tracker_push(&s->tracker, s->frame_pcm, 0, in_utt ? s->ph : NULL,
+                                              in_utt ? s->n_ph : 0);
     consume_frame(s);
   }
   if (k <= 0) return 0;

@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import wave
 import math
@@ -35,6 +36,9 @@ def start_server(*extra):
         line = p.stderr.readline()
         m = re.search(r"serving on http://[^:]+:(\d+)/", line)
         if m:
+            # Keep showing what the server says (sanitizer reports, warnings) from here on.
+            threading.Thread(target=lambda: [sys.stderr.write("server: " + l) for l in p.stderr],
+                             daemon=True).start()
             return p, int(m.group(1))
         if not line and p.poll() is not None:
             break

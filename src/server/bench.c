@@ -1,0 +1,138 @@
+/* The serving benchmark: real sessions (stream, ready queue, pacer, workers, encoders) with
+ * FC_LIVE_NULL outputs instead of browsers, so it measures everything the server does per
+ * session except the network. Talking sessions are kept fed with speech (a paragraph of TTS,
+ * pushed again whenever less than 4 s is pending). */
+#include "facecast/error.h"
+#include "facecast/tts.h"
+#include "server/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+static const char *paragraph =
+    "Good evening. Here is the news at the top of the hour. The engine speaks with a human "
+    "face, in real time, for many people at once, on an ordinary computer.";
+
+typedef struct bench_ctx {
+  fc_server *srv;
+  fc_session **s;
+  int n, talking;
+  fc_speech sp;
+} bench_ctx;
+
+static gboolean top_up(gpointer data) {
+  bench_ctx *b = data;
+  for (int i = 0; i < b->talking; i++) {
+    fc_session *s = b->s[i];
+    g_mutex_lock(&s->lock);
+    if (fc_stream_pending_frames(s->stream) < 4 * FC_FPS &&
+        fc_stream_push_speech(s->stream, b->sp.audio.samples, b->sp.audio.n, b->sp.ph,
+                              b->sp.n_ph, NULL) == 0)
+      fc_session_want_fill_locked(s);
+    g_mutex_unlock(&s->lock);
+  }
+  return G_SOURCE_CONTINUE;
+}
+
+static gboolean stop_loop(gpointer data) {
+  g_main_loop_quit(data);
+  return G_SOURCE_REMOVE;
+}
+
+static int cmp_float(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
+static double cpu_seconds(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + ru.ru_stime.tv_sec +
+         ru.ru_stime.tv_usec * 1e-6;
+}
+
+int fc_server_bench(const fc_server_params *p, int sessions, int talking, double seconds,
+                    fc_serve_bench *out) {
+  int err = FC_OK;
+  fc_server_params sp = *p;
+  sp.max_sessions = sessions;
+  sp.port = 0;
+  sp.host = "127.0.0.1";
+  sp.quiet = 1;
+  bench_ctx b = {.n = sessions, .talking = talking < sessions ? talking : sessions};
+  memset(out, 0, sizeof *out);
+  fc_server *srv = fc_server_create(&sp, &err);
+  if (!srv) return err;
+  b.srv = srv;
+  b.s = g_new0(fc_session *, sessions);
+  if ((err = fc_tts_speak(paragraph, NULL, &b.sp))) goto done;
+  for (int i = 0; i < sessions; i++) {
+    if (!(b.s[i] = fc_session_new(srv, &err))) goto done;
+    fc_live_params lp = {.kind = FC_LIVE_NULL,
+                         .width = fc_avatar_width(srv->avatar),
+                         .height = fc_avatar_height(srv->avatar),
+                         .fps = FC_FPS,
+                         .sample_rate = FC_SAMPLE_RATE};
+    fc_live *live = fc_live_create(&lp, NULL, NULL, NULL, &err);
+    if (!live) goto done;
+    g_mutex_lock(&b.s[i]->out_lock);
+    b.s[i]->live = live;
+    g_mutex_unlock(&b.s[i]->out_lock);
+  }
+  top_up(&b);
+  /* Warm up for a second (encoders start, queues fill), then measure. */
+  guint t1 = g_timeout_add(500, top_up, &b);
+  g_timeout_add(1000, stop_loop, srv->loop);
+  g_main_loop_run(srv->loop);
+  size_t cap = (size_t)(sessions * FC_FPS * (seconds + 2));
+  float *samples = g_new(float, cap);
+  fc_live_stats st0[1];
+  uint64_t enc0 = 0, drop0 = 0;
+  for (int i = 0; i < sessions; i++) {
+    fc_live_get_stats(b.s[i]->live, st0);
+    enc0 += st0->frames_pushed - st0->frames_dropped;
+    drop0 += st0->frames_dropped;
+  }
+  uint64_t skip0 = srv->ticks_skipped, late0 = srv->frames_late;
+  srv->late_n = 0;
+  srv->late_cap = cap;
+  srv->late_samples = samples;
+  double c0 = cpu_seconds();
+  gint64 w0 = g_get_monotonic_time();
+  g_timeout_add((guint)(seconds * 1000), stop_loop, srv->loop);
+  g_main_loop_run(srv->loop);
+  double wall = (g_get_monotonic_time() - w0) / 1e6;
+  double cpu = cpu_seconds() - c0;
+  srv->late_samples = NULL;
+  uint64_t enc1 = 0, drop1 = 0;
+  for (int i = 0; i < sessions; i++) {
+    fc_live_get_stats(b.s[i]->live, st0);
+    enc1 += st0->frames_pushed - st0->frames_dropped;
+    drop1 += st0->frames_dropped;
+  }
+  g_source_remove(t1);
+  size_t n = srv->late_n;
+  qsort(samples, n, sizeof *samples, cmp_float);
+  out->sessions = sessions;
+  out->talking = b.talking;
+  out->seconds = wall;
+  out->final_fps = (double)(enc1 - enc0) / sessions / wall;
+  out->late_p50_ms = n ? samples[n / 2] : 0;
+  out->late_p99_ms = n ? samples[(size_t)(n * 0.99)] : 0;
+  out->cpu_per_session = cpu / wall / sessions;
+  out->dropped = drop1 - drop0;
+  out->skipped_ticks = srv->ticks_skipped - skip0;
+  out->late_frames = srv->frames_late - late0;
+  g_free(samples);
+done:
+  for (int i = 0; i < sessions; i++)
+    if (b.s[i]) {
+      fc_session_close(b.s[i], "benchmark over");
+      fc_session_unref(b.s[i]);
+    }
+  g_free(b.s);
+  fc_speech_free(&b.sp);
+  fc_server_destroy(srv);
+  return err;
+}
