@@ -102,6 +102,7 @@ struct fc_session {
   int64_t log_t0;
   uint64_t log_out0, log_infer0;
   uint64_t infer_total; /* written under s->lock by producers */
+  double infer_fps, final_fps; /* over the last 100 frames (LiveTalking's two health figures) */
 };
 
 /* session.c */

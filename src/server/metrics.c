@@ -36,6 +36,10 @@ void fc_metrics_render(fc_server *srv, GString *o) {
     g_string_append_printf(per, "facecast_session_ready_frames{session=\"%s\"} %d\n", s->id, depth);
     g_string_append_printf(per, "facecast_session_frames_total{session=\"%s\"} %llu\n", s->id,
                            (unsigned long long)s->out_frames);
+    g_string_append_printf(per, "facecast_session_infer_fps{session=\"%s\"} %.2f\n", s->id,
+                           s->infer_fps);
+    g_string_append_printf(per, "facecast_session_final_fps{session=\"%s\"} %.2f\n", s->id,
+                           s->final_fps);
   }
   g_mutex_unlock(&srv->lock);
 

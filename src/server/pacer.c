@@ -35,9 +35,13 @@ static void sleep_until(int64_t t) {
 static void log_rates(fc_session *s, int64_t now) {
   if (s->out_frames - s->log_out0 < 100) return;
   double dt = (now - s->log_t0) / 1e9;
-  if (dt > 0 && !s->srv->p.quiet)
-    g_message("session %s: actual avg infer fps %.1f, actual avg final fps %.1f", s->id,
-              (s->infer_frames - s->log_infer0) / dt, (s->out_frames - s->log_out0) / dt);
+  if (dt > 0) {
+    s->infer_fps = (s->infer_frames - s->log_infer0) / dt;
+    s->final_fps = (s->out_frames - s->log_out0) / dt;
+    if (!s->srv->p.quiet)
+      g_message("session %s: actual avg infer fps %.1f, actual avg final fps %.1f", s->id,
+                s->infer_fps, s->final_fps);
+  }
   s->log_t0 = now;
   s->log_out0 = s->out_frames;
   s->log_infer0 = s->infer_frames;
