@@ -46,7 +46,7 @@ typedef struct fc_live_params {
   int fps;                  /* default 25 */
   int sample_rate;          /* of the pushed PCM; default 16000 */
   int video_kbps;           /* default 1500 */
-  const char *x264_preset;  /* default "veryfast" */
+  const char *x264_preset;  /* default "superfast" */
   int x264_threads;         /* default 1: many sessions share the cores */
   const char *stun_server;  /* "stun://host:port" or NULL */
   const char *turn_server;  /* "turn(s)://user:pass@host:port" or NULL */

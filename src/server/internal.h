@@ -58,6 +58,7 @@ typedef struct fc_server {
 
   GThread *pacer;
   gint stopping;
+  int pacer_realtime; /* the pacer got SCHED_RR */
   fc_session **tick; /* the pacer's per-tick snapshot, max_sessions long */
 
   /* Pacer-written counters, read by /metrics (64-bit aligned loads are atomic here). */
@@ -117,7 +118,7 @@ void fc_session_close(fc_session *s, const char *why);
 void fc_session_want_fill_locked(fc_session *s);
 /* Worker: produces frames into the ready queue. The _locked form expects s->lock held. */
 void fc_session_fill(fc_session *s);
-void fc_session_fill_locked(fc_session *s);
+void fc_session_fill_locked(fc_session *s, int max);
 int fc_session_is_speaking(fc_session *s);
 /* Interrupts speech; posts the cut utterance's end to SSE. Any thread. */
 void fc_session_interrupt(fc_session *s);

@@ -15,6 +15,8 @@
 #include "server/internal.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <string.h>
 #include <time.h>
 
@@ -59,8 +61,9 @@ static void pace_one(fc_server *srv, fc_session *s, int64_t deadline) {
     return;
   }
   if (!s->r_count && fc_stream_pending_frames(s->stream) > 0) {
-    /* Speech is waiting but the workers have not produced it yet: make it here. */
-    fc_session_fill_locked(s);
+    /* Speech is waiting but the workers have not produced it yet: make this one frame here
+     * (the workers catch up with the rest). */
+    fc_session_fill_locked(s, 1);
     late = 1;
   }
   if (s->r_count) {
@@ -122,6 +125,11 @@ static void pace_one(fc_server *srv, fc_session *s, int64_t deadline) {
 
 static gpointer pacer_main(gpointer data) {
   fc_server *srv = data;
+  /* The pacer's wake-ups are the stream's timing: ask for a real-time slot above the workers
+   * and encoders (where the system allows it; otherwise it runs as an ordinary thread). Its
+   * work per tick is bounded: a push per session, and production only for a lagging one. */
+  struct sched_param sp = {.sched_priority = 1};
+  if (pthread_setschedparam(pthread_self(), SCHED_RR, &sp) == 0) srv->pacer_realtime = 1;
   int64_t deadline = now_ns();
   while (!g_atomic_int_get(&srv->stopping)) {
     deadline += TICK_NS;

@@ -26,7 +26,10 @@ fc_session *fc_session_new(fc_server *srv, int *err) {
   s->state = FC_LIVE_CONNECTING;
   fc_stream_params sp = {.avatar = srv->avatar,
                          .lipsync = srv->lipsync,
-                         .batch = FC_READY_FRAMES,
+                         /* One frame per lip-sync call: the pacer's fallback (a frame the
+                          * workers have not made yet) then costs one frame, not a batch.
+                          * Batching across sessions is the device scheduler's job. */
+                         .batch = 1,
                          .max_pending = (size_t)120 * FC_SAMPLE_RATE};
   if (!(s->stream = fc_stream_create(&sp, err))) goto fail;
   size_t fsz = (size_t)fc_avatar_width(srv->avatar) * fc_avatar_height(srv->avatar) * 3 / 2;
@@ -90,8 +93,8 @@ void fc_session_want_fill_locked(fc_session *s) {
   if (fc_job_push(s->srv, j)) s->fill_queued = 0;
 }
 
-void fc_session_fill_locked(fc_session *s) {
-  while (!s->closed && s->r_count < FC_READY_FRAMES) {
+void fc_session_fill_locked(fc_session *s, int max) {
+  for (int made = 0; made < max && !s->closed && s->r_count < FC_READY_FRAMES; made++) {
     fc_frame_info fi;
     const uint8_t *img;
     const int16_t *pcm;
@@ -115,7 +118,7 @@ void fc_session_fill_locked(fc_session *s) {
 
 void fc_session_fill(fc_session *s) {
   g_mutex_lock(&s->lock);
-  fc_session_fill_locked(s);
+  fc_session_fill_locked(s, FC_READY_FRAMES);
   s->fill_queued = 0;
   g_mutex_unlock(&s->lock);
 }

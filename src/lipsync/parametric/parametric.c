@@ -140,17 +140,21 @@ static void render(const fc_image *im, const geom *g, fc_mouth m, const lens_lut
   float inv_wv = 1.0f / (0.02f * s * s), inv_nose = 1.0f / (0.28f * s);
   float inv_neck = 1.0f / (0.35f * s), chin = 0.3f * s;
 
-  /* Per column: the meeting line, the lateral weight of the spread and the new lens. */
-  float col_cy[MAX_PATCH_W], col_wh[MAX_PATCH_W], col_p[MAX_PATCH_W], col_u2[MAX_PATCH_W];
+  /* Per column: the meeting line, the lateral weight of the spread, the new lens and the
+   * edges of the new and (where the column is not spread) the rest opening. */
+  float col_cy[MAX_PATCH_W], col_k[MAX_PATCH_W], col_p[MAX_PATCH_W], col_u2[MAX_PATCH_W];
+  float col_top0[MAX_PATCH_W], col_bot0[MAX_PATCH_W];
   int w = r.w < MAX_PATCH_W ? r.w : MAX_PATCH_W;
   for (int i = 0; i < w; i++) {
     float dx = r.x + i + 0.5f - g->cx;
     float ul = clampf(dx / g->hw, -1, 1);
     col_cy[i] = g->cy + g->curve * ul * ul;
-    col_wh[i] = 1.0f - smooth01((fabsf(dx) - hw1) / (0.8f * g->hw));
-    float u = dx / hw1;
+    col_k[i] = (wf - 1.0f) * (1.0f - smooth01((fabsf(dx) - hw1) / (0.8f * g->hw)));
+    float u = dx / hw1, u0 = dx / g->hw, p0 = lens(lut_rest, u0 * u0);
     col_u2[i] = u * u;
     col_p[i] = lens(lut_new, u * u);
+    col_top0[i] = col_cy[i] - 0.5f * g->g0 * p0;
+    col_bot0[i] = col_cy[i] + 0.5f * g->g0 * p0;
   }
 
   for (int j = 0; j < r.h; j++) {
@@ -159,42 +163,53 @@ static void render(const fc_image *im, const geom *g, fc_mouth m, const lens_lut
     for (int i = 0; i < w; i++) {
       float x = r.x + i + 0.5f, dx = x - g->cx;
       float cy = col_cy[i], p = col_p[i];
-      /* Horizontal spread/purse, strongest on the mouth line. */
-      float wv = bump((y - cy) * (y - cy) * inv_wv);
-      float sx = g->cx + dx / (1.0f + (wf - 1.0f) * wv * col_wh[i]);
-      float u0 = (sx - g->cx) / g->hw;
-      float p0 = lens(lut_rest, u0 * u0);
+      /* Horizontal spread/purse, strongest on the mouth line. Most of the patch is not
+       * spread at all: there the column's precomputed rest opening holds. */
+      float k = col_k[i] * bump((y - cy) * (y - cy) * inv_wv);
+      float sx = x, top0 = col_top0[i], bot0 = col_bot0[i];
+      if (fabsf(k) > 1e-4f) {
+        sx = g->cx + dx / (1.0f + k);
+        float u0 = (sx - g->cx) / g->hw;
+        float p0 = lens(lut_rest, u0 * u0);
+        top0 = cy - 0.5f * g->g0 * p0;
+        bot0 = cy + 0.5f * g->g0 * p0;
+      }
       float top_d = cy - 0.35f * G * p, bot_d = cy + 0.65f * G * p;
-      float top0 = cy - 0.5f * g->g0 * p0, bot0 = cy + 0.5f * g->g0 * p0;
 
-      float rgb[3], lip[3];
+      float rgb[3], lip[3], sy;
       if (y <= cy + 0.15f * G * p) {
         /* Upper face: the displacement fades out towards the nose. */
         float t = y <= top_d ? 1.0f - smooth01((top_d - y) * inv_nose) : 1.0f;
-        sample(im, sx - 0.5f, y - (top_d - top0) * t - 0.5f, lip);
+        sy = y - (top_d - top0) * t;
       } else {
         /* Lower lip and jaw: rigid down to the chin, then fading out down the neck. */
         float t = y >= bot_d ? 1.0f - smooth01((y - bot_d - chin) * inv_neck) : 1.0f;
-        sample(im, sx - 0.5f, y - (bot_d - bot0) * t - 0.5f, lip);
+        sy = y - (bot_d - bot0) * t;
       }
       float cover = clampf(y - top_d, 0, 1) * clampf(bot_d - y, 0, 1);
-      if (cover > 0) {
-        /* Inside the opening: throat, upper teeth, lower teeth. */
-        float in[3], u2 = col_u2[i];
-        float shade = 0.55f + 0.45f * u2;
-        in[0] = 62 * shade, in[1] = 24 * shade, in[2] = 28 * shade;
-        float tu = y - top_d;
-        if (tu < teeth_h && u2 < 0.64f) {
-          float k = (1.0f - 0.35f * u2) * (0.8f + 0.2f * (1 - tu / (teeth_h + 1e-3f)));
-          for (int c = 0; c < 3; c++) in[c] = teeth[c] * k;
-        } else if (bot_d - y < low_teeth && u2 < 0.36f) {
-          for (int c = 0; c < 3; c++) in[c] = teeth[c] * 0.8f;
-        }
-        for (int c = 0; c < 3; c++) rgb[c] = lip[c] + cover * (in[c] - lip[c]);
+      if (sx == x && fabsf(sy - y) < 1.0f / 256 && cover <= 0) {
+        /* The identity (most of the patch): the pixel itself. */
+        memcpy(po + 3 * i, im->rgb + (size_t)(r.y + j) * im->stride + 3 * (r.x + i), 3);
       } else {
-        memcpy(rgb, lip, sizeof rgb);
+        sample(im, sx - 0.5f, sy - 0.5f, lip);
+        if (cover > 0) {
+          /* Inside the opening: throat, upper teeth, lower teeth. */
+          float in[3], u2 = col_u2[i];
+          float shade = 0.55f + 0.45f * u2;
+          in[0] = 62 * shade, in[1] = 24 * shade, in[2] = 28 * shade;
+          float tu = y - top_d;
+          if (tu < teeth_h && u2 < 0.64f) {
+            float kt = (1.0f - 0.35f * u2) * (0.8f + 0.2f * (1 - tu / (teeth_h + 1e-3f)));
+            for (int c = 0; c < 3; c++) in[c] = teeth[c] * kt;
+          } else if (bot_d - y < low_teeth && u2 < 0.36f) {
+            for (int c = 0; c < 3; c++) in[c] = teeth[c] * 0.8f;
+          }
+          for (int c = 0; c < 3; c++) rgb[c] = lip[c] + cover * (in[c] - lip[c]);
+        } else {
+          memcpy(rgb, lip, sizeof rgb);
+        }
+        for (int c = 0; c < 3; c++) po[3 * i + c] = (uint8_t)clampf(rgb[c] + 0.5f, 0, 255);
       }
-      for (int c = 0; c < 3; c++) po[3 * i + c] = (uint8_t)clampf(rgb[c] + 0.5f, 0, 255);
       /* Feathered edge: 4 px ramp at the patch border (the warp is the identity there). */
       int e = i < j ? i : j;
       e = e < r.w - 1 - i ? e : r.w - 1 - i;
