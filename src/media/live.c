@@ -68,7 +68,9 @@
  * destroy returns. Consequently a callback must not call fc_live_destroy (it would wait for
  * itself); the header already asks callers to marshal callbacks to their own loop.
  *
- * Everything GObject/GStreamer stays in this file. */
+ * Everything GObject/GStreamer stays in src/media: this file, and gst_common.c for the
+ * plumbing it shares with mp4.c (initialisation, making and linking elements, x264's preset,
+ * buffer pools, the first-error slot). */
 #include "facecast/live.h"
 
 #include "facecast/error.h"
@@ -82,8 +84,8 @@
 #include <gst/video/video.h>
 #include <gst/webrtc/webrtc.h>
 
-#include <pthread.h>
-#include <stdarg.h>
+#include "media/gst_common.h"
+
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,8 +142,7 @@ typedef struct live_shared {
   int stop_waiting; /* destroy wants the watch thread to finish */
   int peer_gone;    /* the peer said BYE or went silent: CLOSED from then on */
   fc_live_state state;
-  int err_code; /* 0 until the pipeline posted an error */
-  char err_msg[448];
+  fc_gst_first_error err; /* the first pipeline error */
 
   _Atomic uint64_t frames_pushed, frames_dropped, audio_dropped, bytes_sent;
   _Atomic int64_t peer_heard_us; /* g_get_monotonic_time() of the peer's last RTCP, or of
@@ -191,51 +192,12 @@ struct fc_live {
   int64_t next_sample;       /* the smallest audio sample accepted next */
 };
 
-/* ---- GStreamer initialisation, once per process ---- */
-
-static pthread_once_t gst_once = PTHREAD_ONCE_INIT;
-static int gst_ok;
-static char gst_init_msg[256];
-
-static void gst_init_once(void) {
-  GError *e = NULL;
-  gst_ok = gst_init_check(NULL, NULL, &e) ? 1 : 0;
-  if (!gst_ok) snprintf(gst_init_msg, sizeof gst_init_msg, "%s", e ? e->message : "unknown reason");
-  if (e) g_error_free(e);
-}
-
 /* ---- errors and state ---- */
-
-/* Records the first error only: later ones are usually consequences of it. Returns 1 if this
- * was the first. */
-static int record_error(live_shared *s, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int record_error(live_shared *s, int code, const char *fmt, ...) {
-  int first = 0;
-  g_mutex_lock(&s->lock);
-  if (!s->err_code) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(s->err_msg, sizeof s->err_msg, fmt, ap);
-    va_end(ap);
-    s->err_code = code;
-    first = 1;
-  }
-  g_mutex_unlock(&s->lock);
-  return first;
-}
 
 /* Copies a recorded pipeline error into this thread's detail; returns its code (as_code when
  * nonzero), or 0 if there is none. */
 static int report_recorded(live_shared *s, int as_code) {
-  int code;
-  char msg[sizeof s->err_msg];
-  g_mutex_lock(&s->lock);
-  code = s->err_code;
-  memcpy(msg, s->err_msg, sizeof msg);
-  g_mutex_unlock(&s->lock);
-  if (!code) return 0;
-  return fc_error_set(as_code ? as_code : code, "%s", msg);
+  return fc_gst_report_recorded(&s->lock, &s->err, as_code);
 }
 
 /* Moves to `st` and tells the user if it differs from what they last heard. A pipeline error
@@ -243,7 +205,7 @@ static int report_recorded(live_shared *s, int as_code) {
 static void set_state(live_shared *s, fc_live_state st) {
   g_mutex_lock(&s->cb_lock);
   g_mutex_lock(&s->lock);
-  if (s->err_code)
+  if (s->err.code)
     st = FC_LIVE_FAILED;
   else if (s->peer_gone)
     st = FC_LIVE_CLOSED;
@@ -262,21 +224,11 @@ static void set_state(live_shared *s, fc_live_state st) {
 static GstBusSyncReply on_bus_message(GstBus *bus, GstMessage *msg, gpointer data) {
   live_shared *s = data;
   (void)bus;
-  if (GST_MESSAGE_TYPE(msg) == GST_MESSAGE_ERROR) {
-    GError *e = NULL;
-    gchar *dbg = NULL;
-    gst_message_parse_error(msg, &e, &dbg);
-    /* The debug string's last line is the readable reason; the detail stays on one line. */
-    const char *why = dbg ? strrchr(dbg, '\n') : NULL;
-    why = why ? why + 1 : dbg;
-    int first = record_error(s, FC_EMEDIA, "live output: %s: %s%s%s%s",
-                             GST_MESSAGE_SRC_NAME(msg) ? GST_MESSAGE_SRC_NAME(msg) : "pipeline",
-                             e ? e->message : "unknown error", why ? " (" : "", why ? why : "",
-                             why ? ")" : "");
-    if (e) g_error_free(e);
-    g_free(dbg);
-    if (first) set_state(s, FC_LIVE_FAILED);
-  }
+  /* The first error only, as "live output: <element>: <message> (<reason>)", always
+   * FC_EMEDIA. */
+  if (GST_MESSAGE_TYPE(msg) == GST_MESSAGE_ERROR &&
+      fc_gst_record_bus_error(&s->lock, &s->err, msg, "live output", NULL))
+    set_state(s, FC_LIVE_FAILED);
   /* Nobody pops this bus: keep its queue empty. A sync handler that drops a message owns it
    * (GstBusSyncHandler's contract); without this unref every message, and through its source
    * every element, would leak. */
@@ -315,10 +267,6 @@ static void on_connection_state(GObject *webrtc, GParamSpec *pspec, gpointer dat
   set_state(s, st);
 }
 
-static int has_property(gpointer obj, const char *name) {
-  return g_object_class_find_property(G_OBJECT_GET_CLASS(obj), name) != NULL;
-}
-
 /* Workaround for 1.22: webrtcbin puts a clocksync (sync=TRUE) in front of each sink pad, which
  * holds every buffer until its running time. Our timestamps come from the caller's frame
  * index (see the design note), so a caller that catches up after a hiccup, or whose first push
@@ -335,7 +283,7 @@ static void on_deep_element_added(GstBin *bin, GstBin *sub_bin, GstElement *elem
   (void)data;
   GstElementFactory *f = gst_element_get_factory(element);
   if (f && !g_strcmp0(gst_plugin_feature_get_name(GST_PLUGIN_FEATURE(f)), "clocksync") &&
-      has_property(element, "sync"))
+      fc_gst_has_property(element, "sync"))
     g_object_set(element, "sync", FALSE, NULL);
 }
 
@@ -590,85 +538,18 @@ static int parse_offer(const char *sdp, GstSDPMessage **out, offer_choice *ch) {
   return 0;
 }
 
-/* ---- construction helpers (as in mp4.c) ---- */
+/* ---- construction helpers (the ones shared with mp4.c are in gst_common.c) ---- */
 
-static const char *package_of(const char *factory) {
-  static const char *const map[][2] = {
-      {"x264enc", "gstreamer1.0-plugins-ugly"},    {"webrtcbin", "gstreamer1.0-plugins-bad"},
-      {"dtlssrtpenc", "gstreamer1.0-plugins-bad"}, {"nicesrc", "gstreamer1.0-nice"},
-      {"rtph264pay", "gstreamer1.0-plugins-good"}, {"rtpopuspay", "gstreamer1.0-plugins-good"},
-      {"fakesink", "libgstreamer1.0-0"},           {"capsfilter", "libgstreamer1.0-0"},
-  };
-  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-    if (!strcmp(factory, map[i][0])) return map[i][1];
-  return "gstreamer1.0-plugins-base"; /* appsrc, audioconvert, audioresample, opusenc */
-}
-
-static int element_available(const char *factory) {
-  GstElementFactory *f = gst_element_factory_find(factory);
-  if (!f) return 0;
-  gst_object_unref(f);
-  return 1;
-}
-
+/* Fails, naming the package to install, unless element factory `factory` is installed. */
 static int require_element(const char *factory) {
-  if (element_available(factory)) return 0;
+  if (fc_gst_element_available(factory)) return 0;
   return fc_error_set(FC_EMEDIA, "GStreamer element '%s' is not available (install %s)", factory,
-                      package_of(factory));
-}
-
-/* Makes an element and puts it in the pipeline at once, so cleanup only drops the pipeline. */
-static int add_element(GstElement *pipeline, const char *factory, const char *name,
-                       GstElement **out) {
-  GstElement *e = gst_element_factory_make(factory, name);
-  if (!e) {
-    return fc_error_set(FC_EMEDIA, "GStreamer element '%s' is not available (install %s)", factory,
-                        package_of(factory));
-  }
-  if (!gst_bin_add(GST_BIN(pipeline), e)) {
-    gst_object_unref(e);
-    return fc_error_set(FC_EMEDIA, "could not add GStreamer element '%s' to the pipeline", factory);
-  }
-  *out = e;
-  return 0;
+                      fc_gst_package_of(factory));
 }
 
 /* Sets an enum or flags property from its nick if the element has it (optional tuning). */
 static void set_optional(GstElement *e, const char *prop, const char *value) {
-  if (has_property(e, prop)) gst_util_set_object_arg(G_OBJECT(e), prop, value);
-}
-
-static int set_speed_preset(GstElement *enc, const char *preset) {
-  if (!preset) preset = DEFAULT_PRESET;
-  GParamSpec *ps = g_object_class_find_property(G_OBJECT_GET_CLASS(enc), "speed-preset");
-  if (!ps || !G_IS_PARAM_SPEC_ENUM(ps))
-    return fc_error_set(FC_EMEDIA, "x264enc has no speed-preset property");
-  GEnumValue *v = g_enum_get_value_by_nick(G_PARAM_SPEC_ENUM(ps)->enum_class, preset);
-  if (!v) return fc_error_set(FC_EINVAL, "live output: unknown x264 speed preset '%s'", preset);
-  g_object_set(enc, "speed-preset", v->value, NULL);
-  return 0;
-}
-
-static int link_chain(GstElement *const *chain, size_t n) {
-  for (size_t i = 0; i + 1 < n; i++) {
-    if (!gst_element_link(chain[i], chain[i + 1])) {
-      return fc_error_set(FC_EMEDIA, "could not link GStreamer elements %s and %s",
-                          GST_ELEMENT_NAME(chain[i]), GST_ELEMENT_NAME(chain[i + 1]));
-    }
-  }
-  return 0;
-}
-
-static GstBufferPool *make_pool(GstCaps *caps, guint size, guint min_buffers) {
-  GstBufferPool *pool = gst_buffer_pool_new();
-  GstStructure *config = gst_buffer_pool_get_config(pool);
-  /* max_buffers 0: unbounded, see the design note. */
-  gst_buffer_pool_config_set_params(config, caps, size, min_buffers, 0);
-  if (!gst_buffer_pool_set_config(pool, config) || !gst_buffer_pool_set_active(pool, TRUE)) {
-    gst_object_unref(pool);
-    return NULL;
-  }
-  return pool;
+  if (fc_gst_has_property(e, prop)) gst_util_set_object_arg(G_OBJECT(e), prop, value);
 }
 
 static int add_probe(GstElement *e, const char *pad_name, live_shared *s) {
@@ -960,16 +841,8 @@ static void teardown(fc_live *l) {
     gst_object_unref(l->venc_src);
     l->venc_src = NULL;
   }
-  if (l->vpool) {
-    gst_buffer_pool_set_active(l->vpool, FALSE);
-    gst_object_unref(l->vpool);
-    l->vpool = NULL;
-  }
-  if (l->apool) {
-    gst_buffer_pool_set_active(l->apool, FALSE);
-    gst_object_unref(l->apool);
-    l->apool = NULL;
-  }
+  fc_gst_release_pool(&l->vpool);
+  fc_gst_release_pool(&l->apool);
   if (l->pipeline) {
     gst_object_unref(l->pipeline);
     l->pipeline = NULL;
@@ -1036,11 +909,7 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
   /* The offer is checked before anything is built (and before GStreamer is even needed). */
   if (p.kind == FC_LIVE_WEBRTC && (rc = parse_offer(offer_sdp, &offer, &ch))) goto fail;
 
-  pthread_once(&gst_once, gst_init_once);
-  if (!gst_ok) {
-    rc = fc_error_set(FC_EMEDIA, "GStreamer could not be initialised: %s", gst_init_msg);
-    goto fail;
-  }
+  if ((rc = fc_gst_init())) goto fail;
   /* webrtcbin only fails at pad-request time without these; name the package up front. */
   if (p.kind == FC_LIVE_WEBRTC &&
       ((rc = require_element("webrtcbin")) || (rc = require_element("nicesrc")) ||
@@ -1066,10 +935,11 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
   sh->answer_user = user;
   /* Without a peer there is nothing to connect: media "flows" from the start. */
   sh->state = sh->reported = p.kind == FC_LIVE_NULL ? FC_LIVE_CONNECTED : FC_LIVE_CONNECTING;
-  /* The strings are only used below; do not keep the caller's pointers. */
-  p.x264_preset = NULL;
-  p.stun_server = p.turn_server = NULL;
+  /* The strings are only used below (through p and params); do not keep the caller's
+   * pointers. */
   l->p = p;
+  l->p.x264_preset = NULL;
+  l->p.stun_server = l->p.turn_server = NULL;
 
   l->pipeline = gst_pipeline_new("fc-live");
   if (!l->pipeline) {
@@ -1083,21 +953,21 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
     gst_object_unref(clock);
   }
 
-  if ((rc = add_element(l->pipeline, "appsrc", "v", &l->vsrc)) ||
-      (rc = add_element(l->pipeline, "x264enc", "venc", &venc)) ||
-      (rc = add_element(l->pipeline, "capsfilter", "vfilter", &vfilter)) ||
-      (rc = add_element(l->pipeline, "rtph264pay", "vpay", &vpay)) ||
-      (rc = add_element(l->pipeline, "appsrc", "a", &l->asrc)) ||
-      (rc = add_element(l->pipeline, "audioconvert", "aconv", &aconv)) ||
-      (rc = add_element(l->pipeline, "audioresample", "ares", &ares)) ||
-      (rc = add_element(l->pipeline, "opusenc", "aenc", &aenc)) ||
-      (rc = add_element(l->pipeline, "rtpopuspay", "apay", &apay)))
+  if ((rc = fc_gst_add_element(l->pipeline, "appsrc", "v", &l->vsrc)) ||
+      (rc = fc_gst_add_element(l->pipeline, "x264enc", "venc", &venc)) ||
+      (rc = fc_gst_add_element(l->pipeline, "capsfilter", "vfilter", &vfilter)) ||
+      (rc = fc_gst_add_element(l->pipeline, "rtph264pay", "vpay", &vpay)) ||
+      (rc = fc_gst_add_element(l->pipeline, "appsrc", "a", &l->asrc)) ||
+      (rc = fc_gst_add_element(l->pipeline, "audioconvert", "aconv", &aconv)) ||
+      (rc = fc_gst_add_element(l->pipeline, "audioresample", "ares", &ares)) ||
+      (rc = fc_gst_add_element(l->pipeline, "opusenc", "aenc", &aenc)) ||
+      (rc = fc_gst_add_element(l->pipeline, "rtpopuspay", "apay", &apay)))
     goto fail;
   if (p.kind == FC_LIVE_WEBRTC) {
-    if ((rc = add_element(l->pipeline, "webrtcbin", "webrtc", &l->webrtc))) goto fail;
+    if ((rc = fc_gst_add_element(l->pipeline, "webrtcbin", "webrtc", &l->webrtc))) goto fail;
   } else {
-    if ((rc = add_element(l->pipeline, "fakesink", "vsink", &vsink)) ||
-        (rc = add_element(l->pipeline, "fakesink", "asink", &asink)))
+    if ((rc = fc_gst_add_element(l->pipeline, "fakesink", "vsink", &vsink)) ||
+        (rc = fc_gst_add_element(l->pipeline, "fakesink", "asink", &asink)))
       goto fail;
   }
 
@@ -1134,7 +1004,7 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
   g_object_set(l->asrc, "caps", acaps, "format", GST_FORMAT_TIME, "is-live", TRUE, "do-timestamp",
                FALSE, "block", FALSE, "max-buffers", (guint64)0, "max-bytes", (guint64)0,
                "max-time", (guint64)AUDIO_QUEUE_MS * GST_MSECOND, "emit-signals", FALSE, NULL);
-  if (!has_property(l->vsrc, "leaky-type")) {
+  if (!fc_gst_has_property(l->vsrc, "leaky-type")) {
     /* 1.20+ has it; without it a full non-blocking appsrc would grow without bound. */
     rc = fc_error_set(FC_EMEDIA, "appsrc has no leaky-type (GStreamer 1.20 or newer needed)");
     goto fail;
@@ -1153,12 +1023,11 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
   /* Video encoder: real-time settings. trellis off: GStreamer's x264enc turns it on by default
    * and it costs noticeable CPU for little gain at these rates. AUDs are dropped by the
    * payloader anyway. */
-  if ((rc = set_speed_preset(venc, p.x264_preset)))
-    goto fail;
+  if ((rc = fc_gst_set_speed_preset(venc, p.x264_preset, "live output"))) goto fail;
   gst_util_set_object_arg(G_OBJECT(venc), "tune", "zerolatency");
   g_object_set(venc, "bitrate", (guint)p.video_kbps, "threads", (guint)p.x264_threads,
                "key-int-max", (guint)(2 * p.fps), "trellis", FALSE, NULL);
-  if (has_property(venc, "aud")) g_object_set(venc, "aud", FALSE, NULL);
+  if (fc_gst_has_property(venc, "aud")) g_object_set(venc, "aud", FALSE, NULL);
   g_object_set(vfilter, "caps", h264caps, NULL);
   /* SPS/PPS before every IDR, so a viewer can start at any key frame; zero-latency STAP-A
    * aggregation of SPS+PPS+IDR without waiting for the next frame. */
@@ -1177,7 +1046,7 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
   {
     GstElement *vchain[] = {l->vsrc, venc, vfilter, vpay};
     GstElement *achain[] = {l->asrc, aconv, ares, aenc, apay};
-    if ((rc = link_chain(vchain, 4)) || (rc = link_chain(achain, 5))) goto fail;
+    if ((rc = fc_gst_link_chain(vchain, 4)) || (rc = fc_gst_link_chain(achain, 5))) goto fail;
   }
   if (p.kind == FC_LIVE_NULL) {
     /* No clock sync, no preroll wait, no last-sample reference holding a buffer. */
@@ -1192,8 +1061,8 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
   if ((rc = add_probe(venc, "src", sh)) || (rc = add_probe(aenc, "src", sh))) goto fail;
   l->venc_src = gst_element_get_static_pad(venc, "src");
 
-  l->vpool = make_pool(vcaps, (guint)GST_VIDEO_INFO_SIZE(&l->vinfo), VIDEO_QUEUE_FRAMES + 2);
-  l->apool = make_pool(acaps, AUDIO_CHUNK_SAMPLES * sizeof(int16_t), 8);
+  l->vpool = fc_gst_make_pool(vcaps, (guint)GST_VIDEO_INFO_SIZE(&l->vinfo), VIDEO_QUEUE_FRAMES + 2);
+  l->apool = fc_gst_make_pool(acaps, AUDIO_CHUNK_SAMPLES * sizeof(int16_t), 8);
   if (!l->vpool || !l->apool) {
     rc = fc_error_set(FC_EMEDIA, "live output: could not set up buffer pools");
     goto fail;

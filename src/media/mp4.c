@@ -36,10 +36,13 @@
  * message except EOS, so the bus does not accumulate messages nobody reads. The detail is
  * copied into the producer thread's fc_error_set() by the call that reports it.
  *
- * Everything GObject/GStreamer stays in this file. */
+ * Everything GObject/GStreamer stays in src/media: this file, and gst_common.c for the
+ * plumbing it shares with live.c (initialisation, making and linking elements, x264's preset,
+ * buffer pools, the first-error slot). */
 #include "facecast/mp4.h"
 
 #include "facecast/error.h"
+#include "media/gst_common.h"
 
 #include <gst/app/gstappsrc.h>
 #include <gst/audio/audio.h>
@@ -48,8 +51,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,23 +92,8 @@ struct fc_mp4_writer {
 
   /* Written by the bus sync handler from streaming threads, read by the producer. */
   GMutex lock;
-  int err_code; /* 0 until the pipeline posted an error */
-  char err_msg[448];
+  fc_gst_first_error err; /* under lock */
 };
-
-/* ---- GStreamer initialisation, once per process ---- */
-
-static pthread_once_t gst_once = PTHREAD_ONCE_INIT;
-static int gst_ok;
-static char gst_init_msg[256];
-
-static void gst_init_once(void) {
-  GError *e = NULL;
-  gst_ok = gst_init_check(NULL, NULL, &e) ? 1 : 0;
-  if (!gst_ok)
-    snprintf(gst_init_msg, sizeof gst_init_msg, "%s", e ? e->message : "unknown reason");
-  if (e) g_error_free(e);
-}
 
 /* ---- errors ---- */
 
@@ -131,51 +117,18 @@ static int code_for_gerror(const GError *e) {
   return FC_EMEDIA;
 }
 
-/* Records the first error only: later ones are usually consequences of it. */
-static void record_error(fc_mp4_writer *w, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void record_error(fc_mp4_writer *w, int code, const char *fmt, ...) {
-  g_mutex_lock(&w->lock);
-  if (!w->err_code) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(w->err_msg, sizeof w->err_msg, fmt, ap);
-    va_end(ap);
-    w->err_code = code;
-  }
-  g_mutex_unlock(&w->lock);
-}
-
 /* Copies a recorded pipeline error into this thread's detail; returns its code, or 0 if none.
  * as_code overrides the code when nonzero (push_* report FC_EMEDIA whatever the cause). */
 static int report_recorded(fc_mp4_writer *w, int as_code) {
-  int code;
-  char msg[sizeof w->err_msg];
-  g_mutex_lock(&w->lock);
-  code = w->err_code;
-  memcpy(msg, w->err_msg, sizeof msg);
-  g_mutex_unlock(&w->lock);
-  if (!code) return 0;
-  return fc_error_set(as_code ? as_code : code, "%s", msg);
+  return fc_gst_report_recorded(&w->lock, &w->err, as_code);
 }
 
 static GstBusSyncReply on_bus_message(GstBus *bus, GstMessage *msg, gpointer data) {
   fc_mp4_writer *w = data;
   switch (GST_MESSAGE_TYPE(msg)) {
   case GST_MESSAGE_ERROR: {
-    GError *e = NULL;
-    gchar *dbg = NULL;
-    gst_message_parse_error(msg, &e, &dbg);
-    /* The debug string is "file(line): function (): element path:\nreason"; only the last
-     * line says something to a person, and the detail must stay on one line. */
-    const char *why = dbg ? strrchr(dbg, '\n') : NULL;
-    why = why ? why + 1 : dbg;
-    record_error(w, code_for_gerror(e), "%s: %s: %s%s%s%s", w->path,
-                 GST_MESSAGE_SRC_NAME(msg) ? GST_MESSAGE_SRC_NAME(msg) : "pipeline",
-                 e ? e->message : "unknown error", why ? " (" : "", why ? why : "",
-                 why ? ")" : "");
-    if (e) g_error_free(e);
-    g_free(dbg);
+    /* The first error only, as "<path>: <element>: <message> (<reason>)". */
+    fc_gst_record_bus_error(&w->lock, &w->err, msg, w->path, code_for_gerror);
     /* Wakes a producer blocked on a full appsrc queue: the streaming threads have stopped and
      * would never drain it. appsrc takes its own lock, so this is safe from any thread. */
     if (w->vsrc) gst_app_src_end_of_stream(GST_APP_SRC(w->vsrc));
@@ -193,90 +146,16 @@ static GstBusSyncReply on_bus_message(GstBus *bus, GstMessage *msg, gpointer dat
 
 /* ---- construction ---- */
 
-/* The Debian/Ubuntu package that ships a factory we use, for the error detail. */
-static const char *package_of(const char *factory) {
-  static const char *const map[][2] = {
-      {"x264enc", "gstreamer1.0-plugins-ugly"}, {"mp4mux", "gstreamer1.0-plugins-good"},
-      {"aacparse", "gstreamer1.0-plugins-good"}, {"queue", "libgstreamer1.0-0"},
-      {"filesink", "libgstreamer1.0-0"},
-  };
-  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-    if (!strcmp(factory, map[i][0])) return map[i][1];
-  return "gstreamer1.0-plugins-base"; /* appsrc, audioconvert, audioresample */
-}
-
-/* Makes an element and puts it in the pipeline at once, so the pipeline owns it and cleanup
- * only ever has to drop the pipeline. */
-static int add_element(GstElement *pipeline, const char *factory, const char *name,
-                       GstElement **out) {
-  GstElement *e = gst_element_factory_make(factory, name);
-  if (!e) {
-    return fc_error_set(FC_EMEDIA, "GStreamer element '%s' is not available (install %s)",
-                        factory, package_of(factory));
-  }
-  if (!gst_bin_add(GST_BIN(pipeline), e)) {
-    gst_object_unref(e);
-    return fc_error_set(FC_EMEDIA, "could not add GStreamer element '%s' to the pipeline",
-                        factory);
-  }
-  *out = e;
-  return 0;
-}
-
-static int element_available(const char *factory) {
-  GstElementFactory *f = gst_element_factory_find(factory);
-  if (!f) return 0;
-  gst_object_unref(f);
-  return 1;
-}
-
 /* The first AAC encoder found among those known to accept mono raw audio. */
 static int add_aac_encoder(GstElement *pipeline, GstElement **out) {
   static const char *const names[] = {"avenc_aac", "fdkaacenc", "voaacenc", "faac"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-    if (element_available(names[i])) return add_element(pipeline, names[i], "aenc", out);
+    if (fc_gst_element_available(names[i]))
+      return fc_gst_add_element(pipeline, names[i], "aenc", out);
   }
   return fc_error_set(FC_EMEDIA,
                       "no AAC encoder GStreamer element (tried avenc_aac, fdkaacenc, voaacenc, "
                       "faac; install gstreamer1.0-libav)");
-}
-
-static int has_property(GstElement *e, const char *name) {
-  return g_object_class_find_property(G_OBJECT_GET_CLASS(e), name) != NULL;
-}
-
-/* Sets x264enc's speed-preset from its enum nick, refusing unknown names instead of letting
- * GObject print a warning and keep the default. */
-static int set_speed_preset(GstElement *enc, const char *preset, const char *path) {
-  GParamSpec *ps = g_object_class_find_property(G_OBJECT_GET_CLASS(enc), "speed-preset");
-  if (!ps || !G_IS_PARAM_SPEC_ENUM(ps))
-    return fc_error_set(FC_EMEDIA, "x264enc has no speed-preset property");
-  GEnumValue *v = g_enum_get_value_by_nick(G_PARAM_SPEC_ENUM(ps)->enum_class, preset);
-  if (!v) return fc_error_set(FC_EINVAL, "%s: unknown x264 speed preset '%s'", path, preset);
-  g_object_set(enc, "speed-preset", v->value, NULL);
-  return 0;
-}
-
-static int link_chain(GstElement *const *chain, size_t n) {
-  for (size_t i = 0; i + 1 < n; i++) {
-    if (!gst_element_link(chain[i], chain[i + 1])) {
-      return fc_error_set(FC_EMEDIA, "could not link GStreamer elements %s and %s",
-                          GST_ELEMENT_NAME(chain[i]), GST_ELEMENT_NAME(chain[i + 1]));
-    }
-  }
-  return 0;
-}
-
-static GstBufferPool *make_pool(GstCaps *caps, guint size, guint min_buffers) {
-  GstBufferPool *pool = gst_buffer_pool_new();
-  GstStructure *config = gst_buffer_pool_get_config(pool);
-  /* max_buffers 0: unbounded, see the ownership note at the top. */
-  gst_buffer_pool_config_set_params(config, caps, size, min_buffers, 0);
-  if (!gst_buffer_pool_set_config(pool, config) || !gst_buffer_pool_set_active(pool, TRUE)) {
-    gst_object_unref(pool);
-    return NULL;
-  }
-  return pool;
 }
 
 fc_mp4_params fc_mp4_params_default(int width, int height) {
@@ -306,16 +185,8 @@ static void teardown(fc_mp4_writer *w) {
     if (w->bus && w->sync_handler_set) gst_bus_set_sync_handler(w->bus, NULL, NULL, NULL);
     w->sync_handler_set = 0;
   }
-  if (w->vpool) {
-    gst_buffer_pool_set_active(w->vpool, FALSE);
-    gst_object_unref(w->vpool);
-    w->vpool = NULL;
-  }
-  if (w->apool) {
-    gst_buffer_pool_set_active(w->apool, FALSE);
-    gst_object_unref(w->apool);
-    w->apool = NULL;
-  }
+  fc_gst_release_pool(&w->vpool);
+  fc_gst_release_pool(&w->apool);
   if (w->bus) {
     gst_object_unref(w->bus);
     w->bus = NULL;
@@ -358,11 +229,7 @@ fc_mp4_writer *fc_mp4_writer_create(const char *path, const fc_mp4_params *param
     goto fail;
   }
 
-  pthread_once(&gst_once, gst_init_once);
-  if (!gst_ok) {
-    rc = fc_error_set(FC_EMEDIA, "GStreamer could not be initialised: %s", gst_init_msg);
-    goto fail;
-  }
+  if ((rc = fc_gst_init())) goto fail;
 
   w = calloc(1, sizeof *w);
   if (!w) {
@@ -383,22 +250,22 @@ fc_mp4_writer *fc_mp4_writer_create(const char *path, const fc_mp4_params *param
     goto fail;
   }
 
-  if ((rc = add_element(w->pipeline, "appsrc", "v", &w->vsrc)) ||
-      (rc = add_element(w->pipeline, "x264enc", "venc", &venc)) ||
-      (rc = add_element(w->pipeline, "queue", "vqueue", &vqueue)) ||
-      (rc = add_element(w->pipeline, "appsrc", "a", &w->asrc)) ||
-      (rc = add_element(w->pipeline, "audioconvert", "aconv", &aconv)) ||
-      (rc = add_element(w->pipeline, "audioresample", "ares", &ares)) ||
+  if ((rc = fc_gst_add_element(w->pipeline, "appsrc", "v", &w->vsrc)) ||
+      (rc = fc_gst_add_element(w->pipeline, "x264enc", "venc", &venc)) ||
+      (rc = fc_gst_add_element(w->pipeline, "queue", "vqueue", &vqueue)) ||
+      (rc = fc_gst_add_element(w->pipeline, "appsrc", "a", &w->asrc)) ||
+      (rc = fc_gst_add_element(w->pipeline, "audioconvert", "aconv", &aconv)) ||
+      (rc = fc_gst_add_element(w->pipeline, "audioresample", "ares", &ares)) ||
       (rc = add_aac_encoder(w->pipeline, &aenc)) ||
-      (rc = add_element(w->pipeline, "aacparse", "aparse", &aparse)) ||
-      (rc = add_element(w->pipeline, "mp4mux", "mux", &mux)) ||
-      (rc = add_element(w->pipeline, "filesink", "sink", &sink)))
+      (rc = fc_gst_add_element(w->pipeline, "aacparse", "aparse", &aparse)) ||
+      (rc = fc_gst_add_element(w->pipeline, "mp4mux", "mux", &mux)) ||
+      (rc = fc_gst_add_element(w->pipeline, "filesink", "sink", &sink)))
     goto fail;
   /* h264parse lives in gst-plugins-bad, which a minimal install lacks. x264enc with
    * byte-stream=false already emits what mp4mux takes (stream-format=avc, alignment=au, codec
    * data in the caps), so the parser is only a nicety: use it when present. */
-  if (element_available("h264parse") &&
-      (rc = add_element(w->pipeline, "h264parse", "vparse", &vparse)))
+  if (fc_gst_element_available("h264parse") &&
+      (rc = fc_gst_add_element(w->pipeline, "h264parse", "vparse", &vparse)))
     goto fail;
 
   /* Video input: the caps fix the stride layout that push_video writes into. */
@@ -433,12 +300,12 @@ fc_mp4_writer *fc_mp4_writer_create(const char *path, const fc_mp4_params *param
                TRUE, "max-bytes", (guint64)AUDIO_QUEUE_SECONDS * (guint64)p.sample_rate * 2u,
                "emit-signals", FALSE, NULL);
 
-  if ((rc = set_speed_preset(venc, p.preset, path))) goto fail;
+  if ((rc = fc_gst_set_speed_preset(venc, p.preset, path))) goto fail;
   /* A keyframe every 2 s keeps seeking in the result cheap; byte-stream off gives the avc
    * format mp4mux stores. */
   g_object_set(venc, "bitrate", (guint)p.bitrate_kbps, "threads", (guint)p.threads,
                "key-int-max", (guint)(2 * p.fps), "byte-stream", FALSE, "trellis", FALSE, NULL);
-  if (has_property(aenc, "bitrate")) g_object_set(aenc, "bitrate", AAC_BITRATE, NULL);
+  if (fc_gst_has_property(aenc, "bitrate")) g_object_set(aenc, "bitrate", AAC_BITRATE, NULL);
   {
     GstElementFactory *f = gst_element_get_factory(aenc);
     const char *fname = f ? gst_plugin_feature_get_name(GST_PLUGIN_FEATURE(f)) : "";
@@ -461,11 +328,12 @@ fc_mp4_writer *fc_mp4_writer_create(const char *path, const fc_mp4_params *param
   vchain[nv++] = mux;
   vchain[nv++] = sink;
   GstElement *achain[] = {w->asrc, aconv, ares, aenc, aparse, mux};
-  if ((rc = link_chain(vchain, nv)) || (rc = link_chain(achain, sizeof achain / sizeof achain[0])))
+  if ((rc = fc_gst_link_chain(vchain, nv)) ||
+      (rc = fc_gst_link_chain(achain, sizeof achain / sizeof achain[0])))
     goto fail;
 
-  w->vpool = make_pool(vcaps, (guint)frame_bytes, VIDEO_QUEUE_FRAMES);
-  w->apool = make_pool(acaps, AUDIO_CHUNK_SAMPLES * sizeof(int16_t), 4);
+  w->vpool = fc_gst_make_pool(vcaps, (guint)frame_bytes, VIDEO_QUEUE_FRAMES);
+  w->apool = fc_gst_make_pool(acaps, AUDIO_CHUNK_SAMPLES * sizeof(int16_t), 4);
   if (!w->vpool || !w->apool) {
     rc = fc_error_set(FC_EMEDIA, "%s: could not set up buffer pools", path);
     goto fail;
