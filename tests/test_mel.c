@@ -418,8 +418,33 @@ done:
   free(out);
 }
 
+/* A range of columns equals the same columns of the whole mel, at the edges too. */
+static void test_mel_column_range(void) {
+  int err;
+  fc_mel *m = fc_mel_create(&err);
+  FC_REQUIRE(m);
+  size_t n = 9000, nc = fc_mel_columns(n);
+  float *x = malloc(n * sizeof(float)), *full = malloc(nc * FC_MEL_BANDS * sizeof(float));
+  float part[FC_MEL_BANDS * 20];
+  for (size_t i = 0; i < n; i++) x[i] = (float)(0.3 * sin(i * 0.05) + 0.1 * sin(i * 0.7));
+  FC_REQUIRE(fc_mel_compute(m, x, n, full) == 0);
+  size_t firsts[] = {0, 1, 13, nc - 20};
+  for (int k = 0; k < 4; k++) {
+    FC_REQUIRE(fc_mel_compute_columns(m, x, n, firsts[k], 20, part, 20) == 0);
+    for (int b = 0; b < FC_MEL_BANDS; b++)
+      for (int c = 0; c < 20; c++)
+        FC_CHECK(part[b * 20 + c] == full[(size_t)b * nc + firsts[k] + c]);
+  }
+  FC_CHECK_INT(fc_mel_compute_columns(m, x, n, nc - 5, 20, part, 20), ==, FC_EINVAL);
+  FC_CHECK_INT(fc_mel_compute_columns(m, x, n, 0, 21, part, 20), ==, FC_EINVAL);
+  free(x);
+  free(full);
+  fc_mel_destroy(m);
+}
+
 int main(void) {
   FC_RUN(test_mel_columns);
+  FC_RUN(test_mel_column_range);
   FC_RUN(test_mel_golden);
   FC_RUN(test_mel_empty_and_tiny);
   FC_RUN(test_mel_bad_args);

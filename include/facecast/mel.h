@@ -29,6 +29,12 @@ size_t fc_mel_columns(size_t n_samples);
  * thread-safe; use one per thread. */
 int fc_mel_compute(fc_mel *m, const float *pcm, size_t n, float *out);
 
+/* Computes only columns [first, first + count) of the mel of the whole signal pcm[0..n) —
+ * the same values fc_mel_compute gives for them — into out, row b at out + b·out_stride.
+ * Streams use it for the few columns a frame needs. */
+int fc_mel_compute_columns(fc_mel *m, const float *pcm, size_t n, size_t first, size_t count,
+                           float *out, size_t out_stride);
+
 /* Copies video frame `frame`'s window (25 fps): columns [int(frame·80/25), +16) of the
  * [80][ncols] mel, clamped to the last 16 columns at the end (when ncols < 16, left-aligned
  * and filled with −4, the normalised value of silence).

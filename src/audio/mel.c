@@ -172,14 +172,26 @@ static void gather_frame(fc_mel *m, const float *pcm, size_t n, int64_t j0) {
 }
 
 int fc_mel_compute(fc_mel *m, const float *pcm, size_t n, float *out) {
+  if (n > (size_t)(INT64_MAX / 4) || fc_mel_columns(n) > SIZE_MAX / sizeof(float) / FC_MEL_BANDS)
+    return fc_error_set(FC_EINVAL, "fc_mel_compute: %zu samples is too many", n);
+  size_t ncols = fc_mel_columns(n);
+  return fc_mel_compute_columns(m, pcm, n, 0, ncols, out, ncols);
+}
+
+int fc_mel_compute_columns(fc_mel *m, const float *pcm, size_t n, size_t first, size_t count,
+                           float *out, size_t out_stride) {
   if (!m || !out || (!pcm && n > 0))
     return fc_error_set(FC_EINVAL, "fc_mel_compute: NULL %s", !m ? "handle" : !out ? "output" : "pcm");
   /* Keeps the column arithmetic in int64_t and the output size representable. */
   if (n > (size_t)(INT64_MAX / 4) || fc_mel_columns(n) > SIZE_MAX / sizeof(float) / FC_MEL_BANDS)
     return fc_error_set(FC_EINVAL, "fc_mel_compute: %zu samples is too many", n);
+  if (first > fc_mel_columns(n) || count > fc_mel_columns(n) - first || count > out_stride)
+    return fc_error_set(FC_EINVAL, "fc_mel_compute: columns [%zu, +%zu) outside the %zu of the signal",
+                        first, count, fc_mel_columns(n));
 
-  size_t ncols = fc_mel_columns(n);
-  for (size_t t = 0; t < ncols; t++) {
+  size_t ncols = out_stride;
+  for (size_t c = 0; c < count; c++) {
+    size_t t = first + c;
     gather_frame(m, pcm, n, (int64_t)t * FC_MEL_HOP - PAD);
     fftwf_execute(m->plan);
     for (int k = 0; k < N_BINS; k++) {
@@ -192,7 +204,7 @@ int fc_mel_compute(fc_mel *m, const float *pcm, size_t n, float *out) {
       double db = 20.0 * log10(acc > 1e-5 ? acc : 1e-5) - 20.0;
       double v = 8.0 * ((db + 100.0) / 100.0) - 4.0;
       v = v < -4.0 ? -4.0 : v > 4.0 ? 4.0 : v; /* NaN input falls to the floor via the max above */
-      out[(size_t)b * ncols + t] = (float)v;
+      out[(size_t)b * ncols + c] = (float)v;
     }
   }
   return FC_OK;
