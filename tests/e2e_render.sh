@@ -90,5 +90,17 @@ cp "$tmp/wav.mp4" "$tmp/keep.mp4"
 "$bin" render --audio "$tmp/trunc.wav" -o "$tmp/keep.mp4" --quiet 2>/dev/null
 cmp -s "$tmp/wav.mp4" "$tmp/keep.mp4" || fail "a failed render changed the existing output"
 
+# 4. The wav2lip backend end to end, on the small width-16 test network (random weights: the
+#    mouth is nonsense, the pipeline is real): mel windows, 96x96 crops, oneDNN, paste-back.
+ck="$(dirname "$0")/data/wav2lip/ckpt_zip.pth"
+"$bin" render --text "One two three." --model wav2lip --checkpoint "$ck" -o "$tmp/w2l.mp4" --quiet ||
+  fail "wav2lip render exit $?"
+[ -s "$tmp/w2l.mp4" ] && { frames=$(ffprobe -v error -select_streams v:0 -count_frames -show_entries stream=nb_read_frames -of csv=p=0 "$tmp/w2l.mp4"); check_mp4 "$tmp/w2l.mp4" "$(awk -v f="$frames" 'BEGIN{print f/25}')"; }
+bad "wav2lip without checkpoint" "checkpoint" --text "hi" --model wav2lip
+bad "wav2lip with a foreign checkpoint" "wav2lip\|missing" --text "hi" --model wav2lip \
+  --checkpoint "$(dirname "$0")/data/ckpt/flat_sd.pth"
+bad "wav2lip with a text file as checkpoint" "notes.txt\|checkpoint" --text "hi" --model wav2lip \
+  --checkpoint "$tmp/text.wav"
+
 if [ $fails -ne 0 ]; then echo "$fails failure(s)"; exit 1; fi
 echo "all render end-to-end checks passed"

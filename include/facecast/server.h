@@ -20,6 +20,8 @@ typedef struct fc_server_params {
   const char *avatar;      /* portrait; NULL = the default avatar (head-and-shoulders) */
   int width, height;       /* output size; default 512×512 */
   const char *model;       /* lip-sync backend; NULL = parametric */
+  const char *checkpoint;  /* weights for neural backends (wav2lip) */
+  const char *device;      /* where a neural backend runs: "cpu" (default), "cpu-ref" */
   int max_sessions;        /* default 5 (LiveTalking's max_session) */
   const char *stun_server; /* "stun://host:port" or NULL */
   const char *turn_server; /* "turn://user:pass@host:port" or NULL */

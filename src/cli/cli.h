@@ -12,6 +12,7 @@ enum { FC_EXIT_OK = 0, FC_EXIT_FAIL = 1, FC_EXIT_INPUT = 2 };
 int fc_cmd_render(int argc, char **argv);
 int fc_cmd_bench(int argc, char **argv);
 int fc_cmd_serve(int argc, char **argv);
+int fc_cmd_wav2lip(int argc, char **argv);
 
 /* Prints "facecast: error: <detail>" for err and returns the exit code it maps to. */
 int fc_cli_fail(int err);

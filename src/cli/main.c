@@ -14,6 +14,7 @@ static void usage(FILE *f) {
         "  serve    real-time talking sessions in the browser (WebRTC), LiveTalking's API\n"
         "  render   speech (text or WAV) + portrait -> lip-synced MP4\n"
         "  bench    measure speed (bench render)\n"
+        "  wav2lip  run the Wav2Lip network on .npy tensors (wav2lip infer)\n"
         "\n"
         "Run 'facecast <command> --help' for the options of a command.\n",
         f);
@@ -81,6 +82,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "serve") == 0) return fc_cmd_serve(argc - 1, argv + 1);
   if (strcmp(cmd, "render") == 0) return fc_cmd_render(argc - 1, argv + 1);
   if (strcmp(cmd, "bench") == 0) return fc_cmd_bench(argc - 1, argv + 1);
+  if (strcmp(cmd, "wav2lip") == 0) return fc_cmd_wav2lip(argc - 1, argv + 1);
   if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
     usage(stdout);
     return FC_EXIT_OK;

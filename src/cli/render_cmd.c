@@ -21,7 +21,9 @@ static void render_usage(FILE *f) {
         "  --size N|WxH      output size, even (default 512)\n"
         "  --framing F       auto, head (head and shoulders) or full (default auto; head for the\n"
         "                    default avatar)\n"
-        "  --model NAME      lip-sync backend (default parametric)\n"
+        "  --model NAME      lip-sync backend: parametric (default, no weights) or wav2lip\n"
+        "  --checkpoint FILE Wav2Lip checkpoint (.pth, legacy or zip, or .safetensors)\n"
+        "  --device D        where wav2lip runs: cpu (default), cpu-ref\n"
         "  --preset P        x264 speed preset (default veryfast)\n"
         "  --quiet           no progress output\n",
         f);
@@ -57,10 +59,11 @@ int fc_cmd_render(int argc, char **argv) {
       {"voice", required_argument, 0, 'v'},  {"rate", required_argument, 0, 'r'},
       {"size", required_argument, 0, 's'},   {"framing", required_argument, 0, 'f'},
       {"model", required_argument, 0, 'm'},  {"preset", required_argument, 0, 'p'},
+      {"checkpoint", required_argument, 0, 'c'}, {"device", required_argument, 0, 'd'},
       {"quiet", no_argument, 0, 'q'},        {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   const char *avatar = NULL, *text = NULL, *audio = NULL, *out = NULL, *voice = NULL;
-  const char *framing = NULL, *model = NULL, *preset = NULL;
+  const char *framing = NULL, *model = NULL, *preset = NULL, *checkpoint = NULL, *device = NULL;
   int rate = 0, quiet = 0, w = 512, h = 512, c, err;
   optind = 1;
   opterr = 0;
@@ -87,6 +90,8 @@ int fc_cmd_render(int argc, char **argv) {
     case 'f': framing = optarg; break;
     case 'm': model = optarg; break;
     case 'p': preset = optarg; break;
+    case 'c': checkpoint = optarg; break;
+    case 'd': device = optarg; break;
     case 'q': quiet = 1; break;
     case 'h': render_usage(stdout); return FC_EXIT_OK;
     default:
@@ -126,7 +131,7 @@ int fc_cmd_render(int argc, char **argv) {
     if ((err = fc_tts_speak(text, &tp, &sp))) goto fail;
   }
   if (!(av = fc_cli_load_avatar(avatar, w, h, framing, &err))) goto fail;
-  fc_lipsync_params lp = {.model = model};
+  fc_lipsync_params lp = {.model = model, .checkpoint = checkpoint, .device = device};
   if (!(ls = fc_lipsync_create(&lp, &err))) goto fail;
   fc_stream_params sparams = {.avatar = av, .lipsync = ls};
   if (!(st = fc_stream_create(&sparams, &err))) goto fail;

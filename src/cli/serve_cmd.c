@@ -12,7 +12,8 @@
 static void serve_usage(FILE *f) {
   fputs("usage: facecast serve [--port 8010] [--host ADDR] [--avatar IMG] [--size N|WxH]\n"
         "                      [--max-sessions N] [--stun URL] [--turn URL] [--model NAME]\n"
-        "                      [--web DIR] [--record-dir DIR] [--quiet]\n"
+        "                      [--checkpoint FILE] [--device D] [--web DIR] [--record-dir DIR]\n"
+        "                      [--quiet]\n"
         "\n"
         "Open http://HOST:PORT/ in a browser, press Connect and type a sentence.\n",
         f);
@@ -64,6 +65,8 @@ int fc_cmd_serve(int argc, char **argv) {
     case 'S': p.stun_server = optarg; break;
     case 'T': p.turn_server = optarg; break;
     case 'M': p.model = optarg; break;
+    case 'c': p.checkpoint = optarg; break;
+    case 'd': p.device = optarg; break;
     case 'w': p.web_dir = optarg; break;
     case 'r': p.record_dir = optarg; break;
     case 'q': p.quiet = 1; break;

@@ -15,5 +15,6 @@ typedef struct fc_lipsync_backend {
 } fc_lipsync_backend;
 
 extern const fc_lipsync_backend fc_lipsync_parametric;
+extern const fc_lipsync_backend fc_lipsync_wav2lip;
 
 #endif

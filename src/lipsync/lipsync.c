@@ -10,7 +10,7 @@ struct fc_lipsync {
   void *state;
 };
 
-static const fc_lipsync_backend *const backends[] = {&fc_lipsync_parametric};
+static const fc_lipsync_backend *const backends[] = {&fc_lipsync_parametric, &fc_lipsync_wav2lip};
 
 fc_lipsync *fc_lipsync_create(const fc_lipsync_params *p, int *err) {
   const char *name = p && p->model ? p->model : "parametric";
@@ -18,7 +18,7 @@ fc_lipsync *fc_lipsync_create(const fc_lipsync_params *p, int *err) {
   for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
     if (strcmp(backends[i]->name, name) == 0) be = backends[i];
   if (!be) {
-    *err = fc_error_set(FC_ENOTFOUND, "unknown lip-sync model '%s' (available: parametric)", name);
+    *err = fc_error_set(FC_ENOTFOUND, "unknown lip-sync model '%s' (available: parametric, wav2lip)", name);
     return NULL;
   }
   fc_lipsync *ls = calloc(1, sizeof *ls);

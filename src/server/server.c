@@ -56,7 +56,8 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
   if (!(srv->avatar = fc_avatar_create_from_image(
             srv->p.avatar ? srv->p.avatar : fc_avatar_default_path(), &ap, err)))
     goto fail;
-  fc_lipsync_params lp = {.model = srv->p.model};
+  fc_lipsync_params lp = {.model = srv->p.model, .checkpoint = srv->p.checkpoint,
+                          .device = srv->p.device};
   if (!(srv->lipsync = fc_lipsync_create(&lp, err))) goto fail;
 
   srv->workers = g_thread_pool_new(fc_job_run, srv, (gint)g_get_num_processors(), FALSE, &e);

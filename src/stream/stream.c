@@ -14,6 +14,7 @@
 #include "facecast/audio.h"
 #include "facecast/compose.h"
 #include "facecast/error.h"
+#include "facecast/mel.h"
 #include "facecast/stream.h"
 #include "facecast/visemes.h"
 
@@ -27,7 +28,13 @@ typedef struct utterance {
   uint32_t id;
   int64_t start, end; /* samples relative to the FIFO head; end exclusive */
   int started;        /* its first frame has been produced */
+  float *mel;         /* backends that need it: the utterance's whole mel (owned) */
+  size_t mel_cols;
 } utterance;
+
+/* Samples a streamed frame needs past its start for its mel window: 16 columns of hop 200
+ * centred on their samples, the last one reaching 15·200 + 400 samples ahead. */
+#define MEL_LOOKAHEAD (15 * FC_MEL_HOP + 400)
 
 struct fc_stream {
   const fc_avatar *av;
@@ -56,6 +63,10 @@ struct fc_stream {
   uint8_t *patch_mem, *scratch;
   float frame_pcm[SPF];
 
+  fc_mel *mel;         /* set when the backend needs mel windows */
+  float *mel_win;      /* batch × 80 × 16 */
+  float *mel_scratch;  /* 80 × 16 columns of a streamed frame */
+
   uint8_t **rest;      /* per avatar frame: the rest picture, made on first use */
   int16_t silence[SPF];
   uint8_t *idle_out;   /* the last idle frame handed out (points into rest) */
@@ -75,7 +86,11 @@ void fc_stream_destroy(fc_stream *s) {
   free(s->scratch);
   free(s->pcm);
   free(s->ph);
+  for (size_t u = 0; u < s->n_utt; u++) free(s->utt[u].mel);
   free(s->utt);
+  fc_mel_destroy(s->mel);
+  free(s->mel_win);
+  free(s->mel_scratch);
   free(s);
 }
 
@@ -105,6 +120,12 @@ fc_stream *fc_stream_create(const fc_stream_params *p, int *err) {
   if (!s->i420 || !s->pcm16 || !s->info || !s->reqs || !s->patches || !s->patch_mem ||
       !s->scratch || !s->rest)
     goto oom;
+  if (fc_lipsync_needs_mel(s->ls)) {
+    if (!(s->mel = fc_mel_create(err))) goto fail;
+    s->mel_win = malloc((size_t)s->batch * FC_MEL_BANDS * FC_MEL_WINDOW * sizeof(float));
+    s->mel_scratch = malloc((size_t)FC_MEL_BANDS * FC_MEL_WINDOW * sizeof(float));
+    if (!s->mel_win || !s->mel_scratch) goto oom;
+  }
   for (int i = 0; i < s->batch; i++) {
     if (!(s->i420[i] = malloc(fsz))) goto oom;
     s->patches[i].rgb = s->patch_mem + (size_t)i * cap * 4;
@@ -113,8 +134,9 @@ fc_stream *fc_stream_create(const fc_stream_params *p, int *err) {
   *err = FC_OK;
   return s;
 oom:
-  fc_stream_destroy(s);
   *err = fc_error_set(FC_ENOMEM, "stream: out of memory");
+fail:
+  fc_stream_destroy(s);
   return NULL;
 }
 
@@ -169,7 +191,19 @@ int fc_stream_push_speech(fc_stream *s, const float *pcm, size_t n, const fc_pho
   s->n_ph += n_ph;
   uint32_t uid = s->next_utt_id++;
   if (!s->next_utt_id) s->next_utt_id = 1;
-  s->utt[s->n_utt++] = (utterance){uid, start, start + (int64_t)n, 0};
+  utterance ut = {uid, start, start + (int64_t)n, 0, NULL, 0};
+  if (s->mel) {
+    /* The whole utterance's mel, as Wav2Lip computes it for a file: frames then take windows
+     * of it, looking 200 ms ahead, with the same edges. */
+    ut.mel_cols = fc_mel_columns(n);
+    if (!(ut.mel = malloc(ut.mel_cols * FC_MEL_BANDS * sizeof(float))))
+      return fc_error_set(FC_ENOMEM, "stream: out of memory");
+    if ((err = fc_mel_compute(s->mel, pcm, n, ut.mel))) {
+      free(ut.mel);
+      return err;
+    }
+  }
+  s->utt[s->n_utt++] = ut;
   if (id) *id = uid;
   return FC_OK;
 }
@@ -186,6 +220,7 @@ uint32_t fc_stream_interrupt(fc_stream *s) {
   uint32_t cut = s->playing;
   s->playing = 0;
   s->head = s->len = 0;
+  for (size_t u = 0; u < s->n_utt; u++) free(s->utt[u].mel);
   s->n_ph = s->n_utt = 0;
   /* Frames produced but not taken are dropped: the clock rewinds to the first of them. */
   if (s->ready > s->taken) s->next_index = s->info[s->taken].index;
@@ -221,6 +256,7 @@ static void consume_frame(fc_stream *s) {
     s->utt[i].start -= SPF;
     s->utt[i].end -= SPF;
     if (s->utt[i].end > 0) s->utt[keep++] = s->utt[i];
+    else free(s->utt[i].mel);
   }
   s->n_utt = keep;
   /* Phonemes belong to utterances: once the last one has gone out, none is active any more
@@ -233,6 +269,28 @@ static int produce(fc_stream *s) {
   size_t full = s->len / SPF + (s->ended && s->len % SPF ? 1 : 0);
   int k = full < (size_t)s->batch ? (int)full : s->batch;
   for (int i = 0; i < k; i++) {
+    /* The utterance the frame starts in (utterances start on frame boundaries). */
+    const utterance *cur = NULL;
+    for (size_t u = 0; u < s->n_utt && !cur; u++)
+      if (s->utt[u].start <= 0 && s->utt[u].end > 0) cur = &s->utt[u];
+    if (s->mel) {
+      float *win = s->mel_win + (size_t)i * FC_MEL_BANDS * FC_MEL_WINDOW;
+      if (cur) {
+        fc_mel_window(cur->mel, cur->mel_cols, (int)(-cur->start / SPF), win);
+      } else {
+        /* Streamed audio: the window looks 200 ms ahead, so wait for that much (or the end);
+         * the signal is taken to start at this frame. */
+        if (!s->ended && s->len < (size_t)(SPF + MEL_LOOKAHEAD)) {
+          k = i;
+          break;
+        }
+        size_t n = s->len < (size_t)(SPF + MEL_LOOKAHEAD) ? s->len : (size_t)(SPF + MEL_LOOKAHEAD);
+        size_t cols = fc_mel_columns(n) < FC_MEL_WINDOW ? fc_mel_columns(n) : FC_MEL_WINDOW;
+        int err = fc_mel_compute_columns(s->mel, s->pcm + s->head, n, 0, cols, s->mel_scratch, cols);
+        if (err) return err;
+        fc_mel_window(s->mel_scratch, cols, 0, win);
+      }
+    }
     size_t have = s->len < SPF ? s->len : SPF;
     memcpy(s->frame_pcm, s->pcm + s->head, have * sizeof(float));
     memset(s->frame_pcm + have, 0, (SPF - have) * sizeof(float));
@@ -253,11 +311,9 @@ static int produce(fc_stream *s) {
     }
     s->reqs[i].avatar = s->av;
     s->reqs[i].frame = (int)(fi->index % (1 << 30));
-    s->reqs[i].mel = NULL;
+    s->reqs[i].mel = s->mel ? s->mel_win + (size_t)i * FC_MEL_BANDS * FC_MEL_WINDOW : NULL;
     /* Inside an utterance the phonemes say what the mouth does; elsewhere the audio does. */
-    int in_utt = 0;
-    for (size_t u = 0; u < s->n_utt && !in_utt; u++)
-      in_utt = s->utt[u].start < SPF && s->utt[u].end > 0;
+    int in_utt = cur != NULL;
     s->reqs[i].mouth = fc_viseme_tracker_push(&s->tracker, s->frame_pcm, 0, in_utt ? s->ph : NULL,
                                               in_utt ? s->n_ph : 0);
     consume_frame(s);

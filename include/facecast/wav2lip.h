@@ -1,0 +1,61 @@
+/* The Wav2Lip generator (96×96), run on the CPU from a PyTorch checkpoint.
+ *
+ * What: fc_w2l_load() reads a Wav2Lip checkpoint (torch zip or legacy .pth, or safetensors; keys
+ * with or without "module."), derives every channel count from the tensor shapes (so the real
+ * network and narrower test networks of the same topology both load), folds each BatchNorm into
+ * its convolution and prepares a backend; fc_w2l_infer() runs a batch.
+ *
+ * Tensors are NCHW float32, exactly as the PyTorch model takes and returns them:
+ *   mel   [B,1,80,16]  normalised mel window per video frame
+ *   faces [B,6,96,96]  [masked crop (rows 48..95 of channels 0..2 zero), reference crop], BGR/255
+ *   out   [B,3,96,96]  sigmoid output in [0,1], BGR
+ *
+ * Devices: "cpu" (oneDNN, multi-threaded, the fast path) and "cpu-ref" (plain C loops, one
+ * thread: slow, but simple enough to be obviously right; other backends are tested against it).
+ * "cuda[:N]" is recognised and refused with FC_EUNSUPPORTED for now.
+ *
+ * Memory: all activation buffers are sized for max_batch at load; fc_w2l_infer() does not
+ * allocate, except that the "cpu" backend builds its oneDNN primitives the first time each batch
+ * size is used and keeps them.
+ *
+ * Threads: a model is used by one thread at a time (infer writes its internal buffers).
+ * Errors: negative FC_E* codes with a one-line detail (fc_error_detail). */
+#ifndef FACECAST_WAV2LIP_H
+#define FACECAST_WAV2LIP_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FC_W2L_MEL_H 80
+#define FC_W2L_MEL_W 16
+#define FC_W2L_FACE 96 /* face crop side */
+#define FC_W2L_FACE_C 6
+#define FC_W2L_OUT_C 3
+
+typedef struct fc_w2l fc_w2l;
+
+/* A zero-initialised struct (or a NULL pointer) means: device "cpu", max_batch 16, threads
+ * default (the OpenMP default, i.e. OMP_NUM_THREADS or every core). */
+typedef struct fc_w2l_params {
+  const char *device; /* "cpu" (oneDNN), "cpu-ref" (plain C); "cuda[:N]" → FC_EUNSUPPORTED */
+  int max_batch;      /* largest batch fc_w2l_infer accepts; 0 = 16 */
+  int threads;        /* worker threads for "cpu"; 0 = default. oneDNN runs on OpenMP, so this
+                       * is omp_set_num_threads() on the threads that load and infer */
+} fc_w2l_params;
+
+/* Loads and prepares the model. NULL on failure with *err (if not NULL) set: FC_ENOTFOUND /
+ * FC_EIO (file), FC_EFORMAT (not a Wav2Lip checkpoint: the detail names missing and unexpected
+ * keys and shape mismatches), FC_EINVAL (bad params), FC_EUNSUPPORTED (device), FC_ENOMEM. */
+fc_w2l *fc_w2l_load(const char *checkpoint, const fc_w2l_params *p, int *err);
+
+/* Runs batch (1..max_batch) frames: out = G(mel, faces). Returns 0, FC_EINVAL (bad batch or
+ * NULL pointers) or FC_ENOMEM / FC_EUNSUPPORTED (the backend could not set up this batch size). */
+int fc_w2l_infer(fc_w2l *m, const float *mel, const float *faces, float *out, int batch);
+
+void fc_w2l_destroy(fc_w2l *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,103 @@
+/* Private: the Wav2Lip layer graph shared by model.c (loading, planning, the infer loop) and the
+ * backends (cpu_ref.c, cpu_dnnl.c).
+ *
+ * The network is a fixed list of ops over tensors. Every tensor is NHWC float32 per sample,
+ * [batch][h][w][c] densely packed, and lives in one of a few slots (buffers sized for max_batch)
+ * that model.c assigns from the tensors' lifetimes, so ops never allocate and buffers are
+ * reused once a tensor is dead. Weights are stored BatchNorm-folded in PyTorch's layouts
+ * (Conv2d [Cout][Cin][kh][kw], ConvTranspose2d [Cin][Cout][kh][kw]); each backend re-lays them
+ * out as it likes when it is created. */
+#ifndef FC_W2L_INTERNAL_H
+#define FC_W2L_INTERNAL_H
+
+#include "facecast/wav2lip.h"
+
+#include <stddef.h>
+
+enum { W2L_CONV, W2L_CONVT };
+
+typedef struct w2l_layer {
+  char name[48]; /* state-dict prefix without "module.", e.g. "audio_encoder.3" */
+  int kind;      /* W2L_CONV or W2L_CONVT */
+  int bn;        /* has a BatchNorm (folded at load) */
+  int residual;  /* y = relu(conv(x) + x) */
+  int relu;
+  int cin, cout;
+  int kh, kw, sh, sw, ph, pw, oph, opw; /* oph/opw: ConvTranspose2d output_padding */
+  float *w;                             /* folded weights, PyTorch layout (see above) */
+  float *b;                             /* folded bias [cout] */
+} w2l_layer;
+
+typedef struct w2l_tensor {
+  int h, w, c;
+  int slot;        /* index into fc_w2l.slots */
+  int first, last; /* op index that writes it (-1: a model input) and the last that reads it */
+  char tap[16];    /* debug name ("face_f3", "logits", ...) or "" */
+} w2l_tensor;
+
+enum { W2L_OP_CONV, W2L_OP_CONCAT };
+
+typedef struct w2l_op {
+  int kind;
+  int layer;   /* W2L_OP_CONV: index into layers */
+  int in, in2; /* input tensor(s); CONCAT: out = cat((in, in2), channels) */
+  int out;
+  int tmp;     /* W2L_CONVT: a scratch tensor of the output's size (-1 otherwise) */
+} w2l_op;
+
+#define W2L_NLAYERS 51
+#define W2L_MAX_TENSORS 80
+#define W2L_MAX_OPS 64
+
+typedef struct w2l_backend w2l_backend;
+
+struct fc_w2l {
+  w2l_layer layers[W2L_NLAYERS];
+  int nlayers;
+  w2l_tensor tensors[W2L_MAX_TENSORS];
+  int ntensors;
+  w2l_op ops[W2L_MAX_OPS];
+  int nops;
+  int t_mel, t_face, t_logits;
+  float **slots;        /* nslots buffers of slot_floats[i] * max_batch floats, 64-byte aligned */
+  size_t *slot_floats;  /* per-sample capacity */
+  int nslots;
+  int max_batch, threads;
+  const w2l_backend *be;
+  void *bstate;
+};
+
+/* A backend runs the ops on the slots. create() sees the loaded model (layers, tensors, slots);
+ * prepare() is called before each batch (the oneDNN backend builds its primitives for a batch
+ * size there, once); run_op() executes op i for batch samples. */
+struct w2l_backend {
+  const char *name;
+  int (*create)(const fc_w2l *m, void **state);
+  void (*destroy)(void *state);
+  int (*prepare)(void *state, const fc_w2l *m, int batch);
+  int (*run_op)(void *state, const fc_w2l *m, int op, int batch);
+};
+
+extern const w2l_backend fc_w2l_backend_ref;
+extern const w2l_backend fc_w2l_backend_dnnl;
+
+/* Output size of a layer along one dimension. */
+static inline int w2l_out_dim(const w2l_layer *l, int in, int vertical) {
+  int k = vertical ? l->kh : l->kw, s = vertical ? l->sh : l->sw, p = vertical ? l->ph : l->pw;
+  int op = vertical ? l->oph : l->opw;
+  return l->kind == W2L_CONVT ? (in - 1) * s - 2 * p + k + op : (in + 2 * p - k) / s + 1;
+}
+
+/* Debug hook: the same as fc_w2l_infer, but calls tap() with every named intermediate tensor
+ * right after it is computed (NHWC, all batch samples, densely packed), for parity tests of the
+ * layers. Tap names follow tools/wav2lip_ref.py: audio_emb, face_f0..face_f6, dec{i}_out,
+ * dec{i}_cat, out_conv0, logits. */
+typedef void (*fc_w2l_tap_fn)(const char *name, const float *nhwc, int n, int h, int w, int c,
+                              void *user);
+int fc_w2l_infer_tap(fc_w2l *m, const float *mel, const float *faces, float *out, int batch,
+                     fc_w2l_tap_fn tap, void *user);
+
+/* Multiply-adds per frame of the loaded network's convolutions (for reports and tests). */
+long long fc_w2l_macs_per_frame(const fc_w2l *m);
+
+#endif

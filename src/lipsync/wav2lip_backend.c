@@ -1,0 +1,159 @@
+/* The "wav2lip" lip-sync backend: the Wav2Lip generator behind the lip-sync interface.
+ *
+ * Per request: the avatar frame's face box, padded 10 px down so the chin is in (Wav2Lip's
+ * (0, 10, 0, 0), scaled from the photo to the output frame), is cut out and resized to 96×96;
+ * the network gets it twice — lower half blanked (rows 48..95) and whole as the reference — as
+ * BGR/255 NCHW, with the frame's 80×16 mel window. Its 96×96 output is resized back to the box.
+ * The blend mask keeps the upper face from the avatar (the generated face is softer than the
+ * photo): transparent above 45 % of the box height, opaque from 60 %, feathered at the sides
+ * and bottom, so only the mouth and jaw are replaced.
+ * Buffers for a whole batch (network inputs and outputs, one 96×96 crop) are allocated once.
+ */
+#include "facecast/error.h"
+#include "facecast/mel.h"
+#include "facecast/wav2lip.h"
+#include "lipsync/backend.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define S FC_W2L_FACE
+#define MAX_BATCH 16
+
+typedef struct w2l_state {
+  fc_w2l *net;
+  float *mel, *faces, *out;
+  fc_image crop; /* 96×96 */
+} w2l_state;
+
+static void w2l_destroy(void *p) {
+  w2l_state *st = p;
+  if (!st) return;
+  fc_w2l_destroy(st->net);
+  free(st->mel);
+  free(st->faces);
+  free(st->out);
+  fc_image_free(&st->crop);
+  free(st);
+}
+
+static int w2l_create(const fc_lipsync_params *p, void **state) {
+  *state = NULL;
+  if (!p || !p->checkpoint)
+    return fc_error_set(FC_EINVAL, "the wav2lip model needs --checkpoint FILE (a Wav2Lip .pth)");
+  w2l_state *st = calloc(1, sizeof *st);
+  if (!st) return fc_error_set(FC_ENOMEM, "wav2lip: out of memory");
+  int err;
+  fc_w2l_params wp = {.device = p->device, .max_batch = MAX_BATCH};
+  if (!(st->net = fc_w2l_load(p->checkpoint, &wp, &err))) goto fail;
+  st->mel = malloc(sizeof(float) * MAX_BATCH * FC_W2L_MEL_H * FC_W2L_MEL_W);
+  st->faces = malloc(sizeof(float) * MAX_BATCH * FC_W2L_FACE_C * S * S);
+  st->out = malloc(sizeof(float) * MAX_BATCH * FC_W2L_OUT_C * S * S);
+  if (!st->mel || !st->faces || !st->out || (err = fc_image_alloc(&st->crop, S, S))) {
+    err = fc_error_set(FC_ENOMEM, "wav2lip: out of memory");
+    goto fail;
+  }
+  *state = st;
+  return FC_OK;
+fail:
+  w2l_destroy(st);
+  return err;
+}
+
+/* The padded face box in the output frame, even-aligned and inside the frame. */
+static fc_rect face_box(const fc_avatar *av, int frame) {
+  fc_rect f = fc_avatar_face(av, frame), src = fc_avatar_source_face(av);
+  int pad = src.h > 0 ? (int)lround(10.0 * f.h / src.h) : 10;
+  int x0 = f.x, y0 = f.y, x1 = f.x + f.w, y1 = f.y + f.h + pad;
+  int w = fc_avatar_width(av), h = fc_avatar_height(av);
+  x0 = x0 < 0 ? 0 : x0 & ~1;
+  y0 = y0 < 0 ? 0 : y0 & ~1;
+  x1 = x1 > w ? w : x1;
+  y1 = y1 > h ? h : y1;
+  return (fc_rect){x0, y0, (x1 - x0) & ~1, (y1 - y0) & ~1};
+}
+
+static size_t w2l_capacity(void *p, const fc_avatar *av) {
+  size_t best = 0;
+  for (int i = 0; i < fc_avatar_frame_count(av); i++) {
+    fc_rect r = face_box(av, i);
+    if ((size_t)r.w * r.h > best) best = (size_t)r.w * r.h;
+  }
+  return best;
+}
+
+/* Bilinear sample of channel c (BGR order in the network's output) at (x, y) of a 96×96 plane. */
+static float out_sample(const float *plane, float x, float y) {
+  x = x < 0 ? 0 : x > S - 1.001f ? S - 1.001f : x;
+  y = y < 0 ? 0 : y > S - 1.001f ? S - 1.001f : y;
+  int xi = (int)x, yi = (int)y;
+  float fx = x - xi, fy = y - yi;
+  const float *p = plane + yi * S + xi;
+  float top = p[0] + fx * (p[1] - p[0]), bot = p[S] + fx * (p[S + 1] - p[S]);
+  return top + fy * (bot - top);
+}
+
+static int run_batch(w2l_state *st, const fc_lipsync_req *reqs, fc_patch *out, int n) {
+  for (int k = 0; k < n; k++) {
+    const fc_lipsync_req *rq = &reqs[k];
+    if (!rq->avatar || !rq->mel) return fc_error_set(FC_EINVAL, "wav2lip: request without mel");
+    fc_rect box = face_box(rq->avatar, rq->frame);
+    out[k].place = box;
+    fc_image_resize_region(fc_avatar_frame(rq->avatar, rq->frame), box, &st->crop);
+    float *f = st->faces + (size_t)k * FC_W2L_FACE_C * S * S;
+    for (int c = 0; c < 3; c++) { /* BGR: network channel c is RGB channel 2 - c */
+      float *masked = f + (size_t)c * S * S, *ref = f + (size_t)(3 + c) * S * S;
+      for (int y = 0; y < S; y++)
+        for (int x = 0; x < S; x++) {
+          float v = st->crop.rgb[(size_t)y * st->crop.stride + 3 * x + (2 - c)] / 255.0f;
+          ref[y * S + x] = v;
+          masked[y * S + x] = y < S / 2 ? v : 0.0f;
+        }
+    }
+    memcpy(st->mel + (size_t)k * FC_W2L_MEL_H * FC_W2L_MEL_W, rq->mel,
+           sizeof(float) * FC_W2L_MEL_H * FC_W2L_MEL_W);
+  }
+  int err = fc_w2l_infer(st->net, st->mel, st->faces, st->out, n);
+  if (err) return err;
+  for (int k = 0; k < n; k++) {
+    fc_rect r = out[k].place;
+    const float *o = st->out + (size_t)k * FC_W2L_OUT_C * S * S;
+    float sx = (float)S / r.w, sy = (float)S / r.h;
+    for (int y = 0; y < r.h; y++) {
+      float v = (y + 0.5f) / r.h; /* 0 at the top of the box, 1 at the bottom */
+      float a_v = v < 0.45f ? 0 : v > 0.6f ? 1 : (v - 0.45f) / 0.15f;
+      float a_b = v > 0.95f ? (1.0f - v) / 0.05f : 1.0f;
+      for (int x = 0; x < r.w; x++) {
+        float u = (x + 0.5f) / r.w;
+        float a_s = u < 0.08f ? u / 0.08f : u > 0.92f ? (1.0f - u) / 0.08f : 1.0f;
+        float fx = (x + 0.5f) * sx - 0.5f, fy = (y + 0.5f) * sy - 0.5f;
+        uint8_t *px = out[k].rgb + ((size_t)y * r.w + x) * 3;
+        for (int c = 0; c < 3; c++) {
+          float val = out_sample(o + (size_t)(2 - c) * S * S, fx, fy) * 255.0f + 0.5f;
+          px[c] = (uint8_t)(val < 0 ? 0 : val > 255 ? 255 : val);
+        }
+        out[k].alpha[(size_t)y * r.w + x] = (uint8_t)lrintf(255.0f * a_v * a_b * a_s);
+      }
+    }
+  }
+  return FC_OK;
+}
+
+static int w2l_run(void *p, const fc_lipsync_req *reqs, fc_patch *out, int n) {
+  w2l_state *st = p;
+  for (int i = 0; i < n; i += MAX_BATCH) {
+    int err = run_batch(st, reqs + i, out + i, n - i < MAX_BATCH ? n - i : MAX_BATCH);
+    if (err) return err;
+  }
+  return FC_OK;
+}
+
+const fc_lipsync_backend fc_lipsync_wav2lip = {
+    .name = "wav2lip",
+    .needs_mel = 1,
+    .create = w2l_create,
+    .destroy = w2l_destroy,
+    .patch_capacity = w2l_capacity,
+    .run = w2l_run,
+};

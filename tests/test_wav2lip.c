@@ -1,0 +1,413 @@
+/* Wav2Lip CPU forward pass: parity with the PyTorch reference and load-time validation.
+ *
+ * Fixtures (tests/data/wav2lip/, from tools/gen_wav2lip_golden.py): a width-16 network (same
+ * 51-conv topology as the real one, narrower) in both torch formats, inputs for batch 2, the
+ * float64 reference output and sample 0's intermediate activations. Both devices ("cpu" =
+ * oneDNN, "cpu-ref" = plain C) must match out.npy within 1e-4 (the float32 PyTorch forward
+ * itself is 1.4e-5 off the float64 golden); the measured errors are printed. Then: the layer
+ * taps against act_*.npy, the same weights re-saved as safetensors (and broken copies of it:
+ * missing / unexpected / mis-shaped tensors, which must fail with FC_EFORMAT and say which),
+ * a non-Wav2Lip checkpoint, bad arguments, and the CLI end to end (`facecast wav2lip infer`). */
+#include "facecast/checkpoint.h"
+#include "facecast/error.h"
+#include "facecast/npy.h"
+#include "facecast/wav2lip.h"
+#include "fc_test.h"
+#include "lipsync/wav2lip/w2l_internal.h"
+
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#define W2L_DIR FC_TEST_DATA_DIR "/wav2lip"
+#define TOL 1e-4
+
+typedef struct arr {
+  float *d;
+  int64_t shape[FC_NPY_MAX_DIMS];
+  int ndim;
+  size_t n;
+} arr;
+
+static int load_arr(const char *path, arr *a) {
+  memset(a, 0, sizeof *a);
+  int err = fc_npy_read_f32(path, &a->d, a->shape, &a->ndim);
+  if (err) return err;
+  a->n = 1;
+  for (int i = 0; i < a->ndim; i++) a->n *= (size_t)a->shape[i];
+  return 0;
+}
+
+static double max_abs_diff(const float *a, const float *b, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)a[i] - b[i]);
+    if (!(d <= m)) m = d; /* NaN propagates as a failure */
+  }
+  return m;
+}
+
+static arr g_mel, g_faces, g_out;
+
+static int load_inputs(void) {
+  if (g_mel.d) return 0;
+  if (load_arr(W2L_DIR "/mel.npy", &g_mel) || load_arr(W2L_DIR "/faces.npy", &g_faces) ||
+      load_arr(W2L_DIR "/out.npy", &g_out))
+    return -1;
+  return 0;
+}
+
+/* Runs batch samples from the fixture inputs starting at sample `first`; returns the max error
+ * against out.npy, or -1 on a failure. */
+static double run_parity(fc_w2l *m, int first, int batch) {
+  size_t per_out = 3 * 96 * 96;
+  float *out = calloc((size_t)batch * per_out, sizeof(float));
+  int err = fc_w2l_infer(m, g_mel.d + (size_t)first * 80 * 16, g_faces.d + (size_t)first * 6 * 96 * 96,
+                         out, batch);
+  double e = err ? -1 : max_abs_diff(out, g_out.d + (size_t)first * per_out, (size_t)batch * per_out);
+  if (err) fprintf(stderr, "  infer: %s\n", fc_error_detail(err));
+  free(out);
+  return e;
+}
+
+static void parity_case(const char *ckpt, const char *device) {
+  FC_REQUIRE(load_inputs() == 0);
+  FC_REQUIRE(g_mel.shape[0] == 2 && g_faces.shape[0] == 2 && g_out.shape[0] == 2);
+  fc_w2l_params p = {.device = device, .max_batch = 4};
+  int err = -1;
+  fc_w2l *m = fc_w2l_load(ckpt, &p, &err);
+  if (!m) fprintf(stderr, "  load %s: %s\n", ckpt, fc_error_detail(err));
+  FC_REQUIRE(m && err == FC_OK);
+  double e2 = run_parity(m, 0, 2), e1 = run_parity(m, 0, 1), e1b = run_parity(m, 1, 1);
+  double e2again = run_parity(m, 0, 2); /* the cached batch-2 plan, run a second time */
+  fprintf(stderr, "  %-8s %-12s max|out - out.npy|: batch 2 %.3g, batch 1 (s0) %.3g, (s1) %.3g\n",
+          device, strrchr(ckpt, '/') + 1, e2, e1, e1b);
+  FC_CHECK(e2 >= 0 && e2 <= TOL);
+  FC_CHECK(e1 >= 0 && e1 <= TOL);
+  FC_CHECK(e1b >= 0 && e1b <= TOL);
+  FC_CHECK(e2again >= 0 && e2again <= TOL);
+  fc_w2l_destroy(m);
+}
+
+static void test_parity_legacy_cpu(void) { parity_case(W2L_DIR "/ckpt_legacy.pth", "cpu"); }
+static void test_parity_zip_cpu(void) { parity_case(W2L_DIR "/ckpt_zip.pth", "cpu"); }
+static void test_parity_legacy_ref(void) { parity_case(W2L_DIR "/ckpt_legacy.pth", "cpu-ref"); }
+static void test_parity_zip_ref(void) { parity_case(W2L_DIR "/ckpt_zip.pth", "cpu-ref"); }
+
+/* ---- intermediate activations ---- */
+
+typedef struct tap_ctx {
+  int compared, failed;
+  double worst;
+} tap_ctx;
+
+static void on_tap(const char *name, const float *nhwc, int n, int h, int w, int c, void *user) {
+  tap_ctx *t = user;
+  char path[256];
+  snprintf(path, sizeof path, W2L_DIR "/act_%s.npy", name);
+  struct stat sb;
+  if (stat(path, &sb) != 0) return; /* not every tap has a golden */
+  arr a;
+  if (load_arr(path, &a) || a.ndim != 4 || a.shape[1] != c || a.shape[2] != h || a.shape[3] != w) {
+    fprintf(stderr, "  tap %s: golden missing or of another shape\n", name);
+    t->failed++;
+    free(a.d);
+    return;
+  }
+  /* sample 0, NHWC here vs NCHW in the golden; the tolerance scales with the tensor's range */
+  double err = 0, scale = 1;
+  for (size_t i = 0; i < a.n; i++) scale = fmax(scale, fabs(a.d[i]));
+  for (int ch = 0; ch < c; ch++)
+    for (int p = 0; p < h * w; p++) {
+      double d = fabs((double)nhwc[(size_t)p * c + ch] - a.d[(size_t)ch * h * w + p]);
+      if (!(d <= err)) err = d;
+    }
+  t->compared++;
+  if (!(err <= TOL * scale)) {
+    fprintf(stderr, "  tap %s: max error %.3g (scale %.3g)\n", name, err, scale);
+    t->failed++;
+  }
+  if (!(err / scale <= t->worst)) t->worst = err / scale;
+  (void)n;
+  free(a.d);
+}
+
+static void taps_case(const char *device) {
+  FC_REQUIRE(load_inputs() == 0);
+  fc_w2l_params p = {.device = device, .max_batch = 2};
+  int err;
+  fc_w2l *m = fc_w2l_load(W2L_DIR "/ckpt_zip.pth", &p, &err);
+  FC_REQUIRE(m);
+  float *out = calloc(2 * 3 * 96 * 96, sizeof(float));
+  tap_ctx t = {0};
+  FC_CHECK_INT(fc_w2l_infer_tap(m, g_mel.d, g_faces.d, out, 2, on_tap, &t), ==, FC_OK);
+  fprintf(stderr, "  %-8s %d taps compared, worst relative error %.3g\n", device, t.compared,
+          t.worst);
+  FC_CHECK_INT(t.compared, ==, 13); /* audio_emb, face_f0..6, dec0..3_out, logits */
+  FC_CHECK_INT(t.failed, ==, 0);
+  FC_CHECK_INT(fc_w2l_macs_per_frame(m), ==, 42052992 / 2); /* README: 42,052,992 FLOP/frame */
+  free(out);
+  fc_w2l_destroy(m);
+}
+
+static void test_taps_cpu(void) { taps_case("cpu"); }
+static void test_taps_ref(void) { taps_case("cpu-ref"); }
+
+/* ---- checkpoints re-saved as safetensors, intact and broken ---- */
+
+enum { ST_INTACT, ST_DROP, ST_EXTRA, ST_BADSHAPE, ST_BADKERNEL };
+
+/* Writes the fixture's tensors as a float32 safetensors file, altered per mode. */
+static int write_safetensors(const char *path, int mode) {
+  int err;
+  fc_checkpoint *ck = fc_checkpoint_load(W2L_DIR "/ckpt_zip.pth", &err);
+  if (!ck) return err;
+  int n = fc_checkpoint_count(ck);
+  size_t hcap = 1 << 16, hlen = 0, off = 0, dcap = 0;
+  char *hdr = malloc(hcap);
+  float *data = NULL;
+  for (int pass = 0; pass < 2; pass++) { /* 1: sizes, 2: data */
+    if (pass == 1) data = calloc(dcap + 16, sizeof(float));
+    hlen = 0, off = 0;
+    hlen += (size_t)snprintf(hdr + hlen, hcap - hlen, "{");
+    for (int i = 0; i < n; i++) {
+      const fc_tensor_info *ti = fc_checkpoint_info(ck, i);
+      if (mode == ST_DROP && strcmp(ti->name, "face_decoder_blocks.3.1.conv_block.1.running_var") == 0)
+        continue;
+      int64_t shape[FC_TENSOR_MAX_DIMS];
+      int nd = ti->ndim;
+      memcpy(shape, ti->shape, sizeof shape);
+      size_t numel = (size_t)fc_checkpoint_numel(ck, i), stored = numel;
+      if (mode == ST_BADSHAPE && strcmp(ti->name, "audio_encoder.4.conv_block.0.bias") == 0)
+        shape[0]++, stored++;
+      if (mode == ST_BADKERNEL && strcmp(ti->name, "face_encoder_blocks.0.0.conv_block.0.weight") == 0)
+        shape[2] = shape[3] = 5, stored = (size_t)(shape[0] * shape[1] * 25);
+      if (pass == 1 && numel && stored == numel)
+        fc_checkpoint_read_f32(ck, i, data + off, numel);
+      hlen += (size_t)snprintf(hdr + hlen, hcap - hlen, "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[",
+                               hlen > 1 ? "," : "", ti->name);
+      for (int d = 0; d < nd; d++)
+        hlen += (size_t)snprintf(hdr + hlen, hcap - hlen, d ? ",%lld" : "%lld", (long long)shape[d]);
+      hlen += (size_t)snprintf(hdr + hlen, hcap - hlen, "],\"data_offsets\":[%zu,%zu]}", off * 4,
+                               (off + stored) * 4);
+      off += stored;
+    }
+    if (mode == ST_EXTRA) {
+      hlen += (size_t)snprintf(hdr + hlen, hcap - hlen,
+                               ",\"face_encoder_blocks.7.0.conv_block.0.bias\":{\"dtype\":\"F32\","
+                               "\"shape\":[4],\"data_offsets\":[%zu,%zu]}",
+                               off * 4, (off + 4) * 4);
+      off += 4;
+    }
+    hlen += (size_t)snprintf(hdr + hlen, hcap - hlen, "}");
+    dcap = off;
+  }
+  FILE *f = fopen(path, "wb");
+  uint64_t hl = hlen;
+  int ok = f && fwrite(&hl, 8, 1, f) == 1 && fwrite(hdr, 1, hlen, f) == hlen &&
+           fwrite(data, 4, off, f) == off;
+  if (f) ok &= fclose(f) == 0;
+  free(hdr);
+  free(data);
+  fc_checkpoint_destroy(ck);
+  return ok ? 0 : FC_EIO;
+}
+
+static char g_tmp[256];
+
+static const char *tmpdir(void) {
+  if (!g_tmp[0]) {
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/fc_test_w2l_XXXXXX");
+    if (!mkdtemp(g_tmp)) g_tmp[0] = 0;
+  }
+  return g_tmp;
+}
+
+static void test_safetensors(void) {
+  FC_REQUIRE(load_inputs() == 0 && tmpdir()[0]);
+  char path[512];
+  snprintf(path, sizeof path, "%s/w2l.safetensors", tmpdir());
+  FC_REQUIRE(write_safetensors(path, ST_INTACT) == 0);
+  int err;
+  fc_w2l_params p = {.device = "cpu", .max_batch = 2};
+  fc_w2l *m = fc_w2l_load(path, &p, &err);
+  if (!m) fprintf(stderr, "  %s\n", fc_error_detail(err));
+  FC_REQUIRE(m);
+  double e = run_parity(m, 0, 2);
+  fprintf(stderr, "  safetensors copy: max error %.3g\n", e);
+  FC_CHECK(e >= 0 && e <= TOL);
+  fc_w2l_destroy(m);
+
+  static const struct { int mode; const char *want; } bad[] = {
+      {ST_DROP, "missing face_decoder_blocks.3.1.conv_block.1.running_var"},
+      {ST_EXTRA, "unexpected face_encoder_blocks.7.0.conv_block.0.bias"},
+      {ST_BADSHAPE, "shape mismatch: audio_encoder.4.conv_block.0.bias is ["},
+      {ST_BADKERNEL, "shape mismatch: face_encoder_blocks.0.0.conv_block.0.weight is [2,6,5,5], "
+                     "expected [2,6,7,7]"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    FC_REQUIRE(write_safetensors(path, bad[i].mode) == 0);
+    err = 0;
+    m = fc_w2l_load(path, &p, &err);
+    FC_CHECK(m == NULL);
+    FC_CHECK_INT(err, ==, FC_EFORMAT);
+    const char *d = fc_error_detail(err);
+    fprintf(stderr, "  broken copy %d: %s\n", bad[i].mode, d);
+    FC_CHECK(strstr(d, bad[i].want) != NULL);
+    FC_CHECK(strchr(d, '\n') == NULL);
+    fc_w2l_destroy(m);
+  }
+  unlink(path);
+}
+
+/* ---- wrong checkpoints and arguments ---- */
+
+static void test_not_wav2lip(void) {
+  static const char *files[] = {FC_TEST_DATA_DIR "/ckpt/wav2lip_zip.pth",
+                                FC_TEST_DATA_DIR "/ckpt/tensors.safetensors",
+                                FC_TEST_DATA_DIR "/ckpt/flat_sd.pth"};
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    int err = 0;
+    fc_w2l *m = fc_w2l_load(files[i], NULL, &err);
+    FC_CHECK(m == NULL);
+    FC_CHECK_INT(err, ==, FC_EFORMAT);
+    const char *d = fc_error_detail(err);
+    fprintf(stderr, "  %s\n", d);
+    FC_CHECK(strstr(d, "does not look like Wav2Lip: missing "
+                       "face_encoder_blocks.0.0.conv_block.0.weight (and ") != NULL);
+    FC_CHECK(strstr(d, "unexpected") != NULL);
+  }
+  int err = 0;
+  FC_CHECK(fc_w2l_load(W2L_DIR "/no_such.pth", NULL, &err) == NULL);
+  FC_CHECK_INT(err, ==, FC_ENOTFOUND);
+  FC_CHECK(fc_w2l_load(W2L_DIR "/mel.npy", NULL, &err) == NULL); /* not a checkpoint at all */
+  FC_CHECK(err == FC_EFORMAT || err == FC_EUNSUPPORTED);
+}
+
+static void test_bad_args(void) {
+  FC_REQUIRE(load_inputs() == 0);
+  int err = 0;
+  fc_w2l_params p = {.device = "tpu"};
+  FC_CHECK(fc_w2l_load(W2L_DIR "/ckpt_zip.pth", &p, &err) == NULL);
+  FC_CHECK_INT(err, ==, FC_EINVAL);
+  p.device = "cuda";
+  FC_CHECK(fc_w2l_load(W2L_DIR "/ckpt_zip.pth", &p, &err) == NULL);
+  FC_CHECK_INT(err, ==, FC_EUNSUPPORTED);
+  p.device = "cuda:1";
+  FC_CHECK(fc_w2l_load(W2L_DIR "/ckpt_zip.pth", &p, &err) == NULL);
+  FC_CHECK_INT(err, ==, FC_EUNSUPPORTED);
+  p.device = "cpu";
+  p.max_batch = -3;
+  FC_CHECK(fc_w2l_load(W2L_DIR "/ckpt_zip.pth", &p, &err) == NULL);
+  FC_CHECK_INT(err, ==, FC_EINVAL);
+
+  p.max_batch = 1;
+  p.threads = 1;
+  fc_w2l *m = fc_w2l_load(W2L_DIR "/ckpt_zip.pth", &p, &err);
+  FC_REQUIRE(m);
+  float *out = calloc(2 * 3 * 96 * 96, sizeof(float));
+  FC_CHECK_INT(fc_w2l_infer(m, g_mel.d, g_faces.d, out, 2), ==, FC_EINVAL);
+  FC_CHECK(strstr(fc_error_detail(FC_EINVAL), "max_batch") != NULL);
+  FC_CHECK_INT(fc_w2l_infer(m, g_mel.d, g_faces.d, out, 0), ==, FC_EINVAL);
+  FC_CHECK_INT(fc_w2l_infer(m, NULL, g_faces.d, out, 1), ==, FC_EINVAL);
+  FC_CHECK_INT(fc_w2l_infer(NULL, g_mel.d, g_faces.d, out, 1), ==, FC_EINVAL);
+  /* still fine afterwards, with one thread */
+  double e = run_parity(m, 1, 1);
+  FC_CHECK(e >= 0 && e <= TOL);
+  free(out);
+  fc_w2l_destroy(m);
+  fc_w2l_destroy(NULL);
+}
+
+/* ---- the CLI ---- */
+
+static int run_cli(const char *args) {
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "%s wav2lip %s 2>>%s/cli.log", FC_BINARY, args, tmpdir());
+  int st = system(cmd);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_cli(void) {
+  FC_REQUIRE(load_inputs() == 0 && tmpdir()[0]);
+  char args[1024], outp[512];
+  snprintf(outp, sizeof outp, "%s/out.npy", tmpdir());
+  static const char *devices[] = {"cpu", "cpu-ref"};
+  for (int d = 0; d < 2; d++) {
+    /* --max-batch 1 makes it run the two samples in two chunks */
+    snprintf(args, sizeof args,
+             "infer --checkpoint " W2L_DIR "/ckpt_legacy.pth --mel " W2L_DIR "/mel.npy --faces " W2L_DIR
+             "/faces.npy --out %s --device %s --dtype fp32%s",
+             outp, devices[d], d ? " --max-batch 1" : "");
+    FC_CHECK_INT(run_cli(args), ==, 0);
+    arr o;
+    FC_REQUIRE(load_arr(outp, &o) == 0);
+    FC_CHECK_INT(o.ndim, ==, 4);
+    FC_CHECK(o.n == g_out.n && memcmp(o.shape, g_out.shape, sizeof o.shape) == 0);
+    double e = o.n == g_out.n ? max_abs_diff(o.d, g_out.d, o.n) : 1;
+    fprintf(stderr, "  cli --device %s: max error %.3g\n", devices[d], e);
+    FC_CHECK(e <= TOL);
+    free(o.d);
+    unlink(outp);
+  }
+
+  /* bad inputs: exit code 2, one line, no output file */
+  static const char *bad[] = {
+      "infer --checkpoint " W2L_DIR "/ckpt_zip.pth --mel " W2L_DIR "/faces.npy --faces " W2L_DIR
+      "/faces.npy --out %s", /* mel of the wrong shape */
+      "infer --checkpoint " W2L_DIR "/ckpt_zip.pth --mel " W2L_DIR "/mel.npy --faces " W2L_DIR
+      "/out.npy --out %s", /* faces of the wrong shape */
+      "infer --checkpoint " W2L_DIR "/nope.pth --mel " W2L_DIR "/mel.npy --faces " W2L_DIR
+      "/faces.npy --out %s",
+      "infer --checkpoint " W2L_DIR "/ckpt_zip.pth --mel " W2L_DIR "/nope.npy --faces " W2L_DIR
+      "/faces.npy --out %s",
+      "infer --checkpoint " W2L_DIR "/ckpt_zip.pth --mel " W2L_DIR "/ckpt_zip.pth --faces " W2L_DIR
+      "/faces.npy --out %s", /* not an npy */
+      "infer --checkpoint " W2L_DIR "/mel.npy --mel " W2L_DIR "/mel.npy --faces " W2L_DIR
+      "/faces.npy --out %s", /* not a checkpoint */
+      "infer --checkpoint " W2L_DIR "/ckpt_zip.pth --mel " W2L_DIR "/mel.npy --faces " W2L_DIR
+      "/faces.npy --out %s --dtype fp16",
+      "infer --checkpoint " W2L_DIR "/ckpt_zip.pth --mel " W2L_DIR "/mel.npy --faces " W2L_DIR
+      "/faces.npy --out %s --device cuda",
+      "infer --checkpoint " W2L_DIR "/ckpt_zip.pth --mel " W2L_DIR "/mel.npy --faces " W2L_DIR
+      "/faces.npy --out %s --device gpu",
+      "infer --mel " W2L_DIR "/mel.npy --faces " W2L_DIR "/faces.npy --out %s", /* no checkpoint */
+      "frobnicate --out %s",
+  };
+  char logp[512];
+  snprintf(logp, sizeof logp, "%s/cli.log", tmpdir());
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    unlink(logp);
+    snprintf(args, sizeof args, bad[i], outp);
+    int rc = run_cli(args);
+    if (rc != 2) fprintf(stderr, "  exit %d for: %s\n", rc, args);
+    FC_CHECK_INT(rc, ==, 2);
+    FC_CHECK(access(outp, F_OK) != 0);
+    FILE *f = fopen(logp, "r");
+    char line[1024] = "";
+    int lines = 0;
+    while (f && fgets(line, sizeof line, f)) lines++;
+    if (f) fclose(f);
+    if (i < 9) FC_CHECK_INT(lines, ==, 1); /* usage errors may print the usage too */
+    if (i == 6) FC_CHECK(strstr(line, "not supported on CPU") != NULL);
+    if (i == 0 || i == 6) fprintf(stderr, "  cli: %s", line);
+  }
+}
+
+int main(void) {
+  FC_RUN(test_parity_legacy_cpu);
+  FC_RUN(test_parity_zip_cpu);
+  FC_RUN(test_parity_legacy_ref);
+  FC_RUN(test_parity_zip_ref);
+  FC_RUN(test_taps_cpu);
+  FC_RUN(test_taps_ref);
+  FC_RUN(test_safetensors);
+  FC_RUN(test_not_wav2lip);
+  FC_RUN(test_bad_args);
+  FC_RUN(test_cli);
+  free(g_mel.d);
+  free(g_faces.d);
+  free(g_out.d);
+  if (g_tmp[0]) fc_test_rmtree(g_tmp);
+  FC_TEST_EXIT();
+}
