@@ -7,6 +7,7 @@
 #include "facecast/error.h"
 #include "facecast/render.h"
 #include "facecast/server.h"
+#include "facecast/wav2lip.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -23,7 +24,9 @@ static void bench_usage(FILE *f) {
   fputs("usage: facecast bench render [--seconds S] [--size N|WxH] [--avatar IMG]\n"
         "                             [--preset P] [--json]\n"
         "       facecast bench serve [--sessions N[,N...]] [--seconds S] [--talking FRACTION]\n"
-        "                            [--size N|WxH] [--avatar IMG] [--json]\n",
+        "                            [--size N|WxH] [--avatar IMG] [--json]\n"
+        "       facecast bench model --checkpoint FILE [--device cpu|cuda] [--dtype fp32|fp16]\n"
+        "                            [--batches 1,4,8,16,...] [--seconds S] [--json]\n",
         f);
 }
 
@@ -224,14 +227,132 @@ done:
   return code;
 }
 
+/* Peak resident memory of the process so far (VmHWM), in MiB. */
+static double peak_rss_mib(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  double kb = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (strncmp(line, "VmHWM:", 6) == 0) kb = strtod(line + 6, NULL);
+  if (f) fclose(f);
+  return kb / 1024.0;
+}
+
+/* bench model: the Wav2Lip network alone, per batch size: ms per batch and frames/s, after a
+ * warm-up pass (which builds the batch size's primitives), repeated for about --seconds. */
+static int bench_model(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"checkpoint", required_argument, 0, 'c'}, {"device", required_argument, 0, 'd'},
+      {"dtype", required_argument, 0, 't'},      {"batches", required_argument, 0, 'b'},
+      {"seconds", required_argument, 0, 'S'},    {"json", no_argument, 0, 'j'},
+      {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
+  const char *ckpt = NULL, *device = "cpu", *dtype = "fp32", *list = NULL;
+  double seconds = 2;
+  int json = 0, c, err;
+  optind = 1;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+    case 'c': ckpt = optarg; break;
+    case 'd': device = optarg; break;
+    case 't': dtype = optarg; break;
+    case 'b': list = optarg; break;
+    case 'S':
+      seconds = strtod(optarg, NULL);
+      if (!(seconds > 0 && seconds <= 600)) {
+        fprintf(stderr, "facecast: error: --seconds '%s': expected 0..600\n", optarg);
+        return FC_EXIT_INPUT;
+      }
+      break;
+    case 'j': json = 1; break;
+    case 'h': bench_usage(stdout); return FC_EXIT_OK;
+    default: bench_usage(stderr); return FC_EXIT_INPUT;
+    }
+  }
+  if (!ckpt) {
+    fprintf(stderr, "facecast: error: bench model: --checkpoint FILE is required (a full-size "
+                    "one with random weights: tools/gen_wav2lip_golden.py --width 1 --out DIR)\n");
+    return FC_EXIT_INPUT;
+  }
+  if (strcmp(dtype, "fp32") != 0) {
+    fprintf(stderr, "facecast: error: bench model: --dtype %s is not available on this build "
+                    "(fp32 only)\n", dtype);
+    return FC_EXIT_INPUT;
+  }
+  /* The sweep; on the CPU the large batches only take long to say the same. */
+  if (!list) list = strncmp(device, "cpu", 3) == 0 ? "1,4,8,16,32" : "1,4,8,16,32,64,128,256,512";
+  int batches[32], nb = 0, maxb = 0;
+  for (const char *q = list; *q && nb < 32;) {
+    char *end;
+    long v = strtol(q, &end, 10);
+    if (end == q || v < 1 || v > 4096 || (*end && *end != ',')) {
+      fprintf(stderr, "facecast: error: --batches '%s': expected N,N,...\n", list);
+      return FC_EXIT_INPUT;
+    }
+    batches[nb++] = (int)v;
+    if (v > maxb) maxb = (int)v;
+    q = *end ? end + 1 : end;
+  }
+  fc_w2l_params wp = {.device = device, .max_batch = maxb};
+  fc_w2l *m = fc_w2l_load(ckpt, &wp, &err);
+  if (!m) return fc_cli_fail(err);
+  size_t nmel = (size_t)maxb * FC_W2L_MEL_H * FC_W2L_MEL_W;
+  size_t nface = (size_t)maxb * FC_W2L_FACE_C * FC_W2L_FACE * FC_W2L_FACE;
+  float *mel = malloc(nmel * sizeof(float)), *faces = malloc(nface * sizeof(float));
+  float *out = malloc((size_t)maxb * FC_W2L_OUT_C * FC_W2L_FACE * FC_W2L_FACE * sizeof(float));
+  int code = FC_EXIT_OK;
+  if (!mel || !faces || !out) {
+    code = fc_cli_fail(fc_error_set(FC_ENOMEM, "out of memory"));
+    goto done;
+  }
+  /* Deterministic inputs in the ranges the network sees (mel in [-4, 4], faces in [0, 1]). */
+  uint32_t r = 12345;
+  for (size_t i = 0; i < nmel; i++) mel[i] = ((r = r * 1664525u + 1013904223u) >> 8) / 2097152.0f - 4;
+  for (size_t i = 0; i < nface; i++) faces[i] = ((r = r * 1664525u + 1013904223u) >> 8) / 16777216.0f;
+  if (!json) printf("bench model: wav2lip, device %s, %s\n batch   ms/batch    frames/s\n", device, dtype);
+  for (int i = 0; i < nb; i++) {
+    int b = batches[i], reps = 0;
+    if ((err = fc_w2l_infer(m, mel, faces, out, b))) { /* warm-up: builds this batch's kernels */
+      code = fc_cli_fail(err);
+      goto done;
+    }
+    double t0 = fc_cli_now(), t = 0;
+    while (t < seconds || reps < 3) {
+      if ((err = fc_w2l_infer(m, mel, faces, out, b))) {
+        code = fc_cli_fail(err);
+        goto done;
+      }
+      reps++;
+      t = fc_cli_now() - t0;
+    }
+    double ms = t * 1000 / reps;
+    if (json)
+      printf("{\"bench\":\"model\",\"device\":\"%s\",\"dtype\":\"%s\",\"batch\":%d,"
+             "\"ms_per_batch\":%.3f,\"frames_per_s\":%.1f,\"reps\":%d}\n",
+             device, dtype, b, ms, b * 1000.0 / ms, reps);
+    else
+      printf("%6d  %9.3f  %10.1f\n", b, ms, b * 1000.0 / ms);
+    fflush(stdout);
+  }
+  if (json) printf("{\"bench\":\"model\",\"peak_host_rss_mib\":%.1f}\n", peak_rss_mib());
+  else printf("peak host memory (RSS): %.1f MiB\n", peak_rss_mib());
+done:
+  free(mel);
+  free(faces);
+  free(out);
+  fc_w2l_destroy(m);
+  return code;
+}
+
 int fc_cmd_bench(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "render") == 0) return bench_render(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "serve") == 0) return bench_serve(argc - 1, argv + 1);
+  if (argc >= 2 && strcmp(argv[1], "model") == 0) return bench_model(argc - 1, argv + 1);
   if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
     bench_usage(stdout);
     return FC_EXIT_OK;
   }
-  fprintf(stderr, "facecast: error: bench: expected a benchmark name (render, serve)\n");
+  fprintf(stderr, "facecast: error: bench: expected a benchmark name (render, serve, model)\n");
   bench_usage(stderr);
   return FC_EXIT_INPUT;
 }
