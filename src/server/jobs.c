@@ -74,6 +74,17 @@ static int queue_speech(fc_session *s, const fc_speech *sp, int interrupt) {
   return err;
 }
 
+/* Frees a job and what it holds (the paused request's reference too, if it still has one). */
+static void job_free(fc_job *j) {
+  if (j->msg) g_object_unref(j->msg);
+  fc_session_unref(j->s);
+  if (j->data) g_bytes_unref(j->data);
+  g_free(j->text);
+  g_free(j->voice);
+  g_free(j->name);
+  g_free(j);
+}
+
 void fc_job_run(gpointer data, gpointer user) {
   fc_job *j = data;
   fc_server *srv = user;
@@ -128,12 +139,7 @@ void fc_job_run(gpointer data, gpointer user) {
     post_reply(srv, r);
   else
     free_reply(r);
-  fc_session_unref(j->s);
-  if (j->data) g_bytes_unref(j->data);
-  g_free(j->text);
-  g_free(j->voice);
-  g_free(j->name);
-  g_free(j);
+  job_free(j);
 }
 
 int fc_job_push(fc_server *srv, fc_job *j) {
@@ -141,12 +147,6 @@ int fc_job_push(fc_server *srv, fc_job *j) {
   if (g_thread_pool_push(srv->workers, j, &e)) return FC_OK;
   int err = fc_error_set(FC_ENOMEM, "cannot queue work: %s", e->message);
   g_error_free(e);
-  if (j->msg) g_object_unref(j->msg);
-  fc_session_unref(j->s);
-  if (j->data) g_bytes_unref(j->data);
-  g_free(j->text);
-  g_free(j->voice);
-  g_free(j->name);
-  g_free(j);
+  job_free(j);
   return err;
 }
