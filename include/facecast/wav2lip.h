@@ -12,11 +12,14 @@
  *
  * Devices: "cpu" (oneDNN, multi-threaded, the fast path) and "cpu-ref" (plain C loops, one
  * thread: slow, but simple enough to be obviously right; other backends are tested against it).
- * "cuda[:N]" is recognised and refused with FC_EUNSUPPORTED for now.
+ * "cuda[:N]": cuDNN on GPU N (0 by default), fp32 or fp16 (params.fp16), in builds with CUDA;
+ * without CUDA support in the build, or without a GPU, it fails with FC_EUNSUPPORTED.
  *
  * Memory: all activation buffers are sized for max_batch at load; fc_w2l_infer() does not
- * allocate, except that the "cpu" backend builds its oneDNN primitives the first time each batch
- * size is used and keeps them.
+ * allocate, except that the "cpu" and "cuda" backends build their plans (oneDNN primitives;
+ * cuDNN descriptors, algorithm choice and workspace) the first time each batch size is used
+ * and keep them. On "cuda" the weights and activations live on the GPU (activations in device
+ * buffers sized for max_batch) and inputs/outputs pass through pinned host buffers.
  *
  * Threads: a model is used by one thread at a time (infer writes its internal buffers).
  * Errors: negative FC_E* codes with a one-line detail (fc_error_detail). */
@@ -38,10 +41,13 @@ typedef struct fc_w2l fc_w2l;
 /* A zero-initialised struct (or a NULL pointer) means: device "cpu", max_batch 16, threads
  * default (the OpenMP default, i.e. OMP_NUM_THREADS or every core). */
 typedef struct fc_w2l_params {
-  const char *device; /* "cpu" (oneDNN), "cpu-ref" (plain C); "cuda[:N]" → FC_EUNSUPPORTED */
+  const char *device; /* "cpu" (oneDNN), "cpu-ref" (plain C), "cuda[:N]" (cuDNN) */
   int max_batch;      /* largest batch fc_w2l_infer accepts; 0 = 16 */
   int threads;        /* worker threads for "cpu"; 0 = default. oneDNN runs on OpenMP, so this
                        * is omp_set_num_threads() on the threads that load and infer */
+  int fp16;           /* nonzero: fp16 weights and activations with fp32 accumulation (within
+                       * ~1e-2 of fp32 on the output); "cuda" only, else FC_EUNSUPPORTED.
+                       * 0 = fp32. Inputs and outputs are fp32 either way */
 } fc_w2l_params;
 
 /* Loads and prepares the model. NULL on failure with *err (if not NULL) set: FC_ENOTFOUND /

@@ -19,7 +19,7 @@
 
 static void w2l_usage(FILE *f) {
   fputs("usage: facecast wav2lip infer --checkpoint FILE --mel MEL.npy --faces FACES.npy\n"
-        "                              --out OUT.npy [--device cpu|cpu-ref] [--dtype fp32]\n"
+        "                              --out OUT.npy [--device cpu|cpu-ref|cuda[:N]] [--dtype fp32|fp16]\n"
         "                              [--max-batch N] [--threads N] [--repeat N]\n"
         "  mel [B,1,80,16], faces [B,6,96,96] float32 NCHW -> out [B,3,96,96] in [0,1]\n",
         f);
@@ -97,13 +97,16 @@ static int w2l_infer(int argc, char **argv) {
                     "required\n");
     return FC_EXIT_INPUT;
   }
-  if (strcmp(dtype, "fp16") == 0 || strcmp(dtype, "bf16") == 0)
+  int on_cuda = strncmp(p.device, "cuda", 4) == 0;
+  if (strcmp(dtype, "fp16") == 0 && on_cuda) p.fp16 = 1;
+  else if (strcmp(dtype, "fp16") == 0 || strcmp(dtype, "bf16") == 0)
     return fc_cli_fail(fc_error_set(FC_EUNSUPPORTED,
-                                    "--dtype %s is not supported on CPU (devices cpu, cpu-ref "
-                                    "compute in fp32); use --dtype fp32",
-                                    dtype));
-  if (strcmp(dtype, "fp32") != 0)
-    return fc_cli_fail(fc_error_set(FC_EINVAL, "--dtype '%s': expected fp32", dtype));
+                                    "--dtype %s is not supported on %s (devices cpu, cpu-ref "
+                                    "compute in fp32; cuda takes fp32 or fp16); use --dtype fp32",
+                                    dtype, on_cuda ? "CUDA yet" : "CPU"));
+  else if (strcmp(dtype, "fp32") != 0)
+    return fc_cli_fail(fc_error_set(FC_EINVAL, "--dtype '%s': expected fp32%s", dtype,
+                                    on_cuda ? " or fp16" : ""));
 
   int64_t nb = 0, nf = 0;
   if ((err = read_input(melp, "mel", 1, FC_W2L_MEL_H, FC_W2L_MEL_W, &mel, &nb))) goto out;

@@ -298,8 +298,9 @@ out:
 static size_t tensor_floats(const w2l_tensor *t) { return (size_t)t->h * t->w * t->c; }
 
 /* Greedy: at each op, give its outputs a free slot (best fit, else grow the largest free one,
- * else a new slot), then free the tensors whose last reader was this op. */
-static int plan_slots(fc_w2l *m) {
+ * else a new slot), then free the tensors whose last reader was this op. host_slots: allocate
+ * the buffers (0: a backend with its own, e.g. on a GPU, only uses the plan). */
+static int plan_slots(fc_w2l *m, int host_slots) {
   int owner[W2L_MAX_TENSORS]; /* tensor holding each slot, -1 = free */
   size_t cap[W2L_MAX_TENSORS];
   int ns = 0;
@@ -347,6 +348,7 @@ static int plan_slots(fc_w2l *m) {
     size_t bytes = cap[s] * (size_t)m->max_batch * sizeof(float);
     bytes = (bytes + 63) / 64 * 64;
     m->slot_floats[s] = cap[s];
+    if (!host_slots) continue; /* the backend keeps its own (device) buffers */
     if (!(m->slots[s] = aligned_alloc(64, bytes))) return FC_ENOMEM;
     memset(m->slots[s], 0, bytes); /* touch now, not in the first infer */
   }
@@ -365,7 +367,7 @@ static void append_problem(char *msg, size_t n, size_t *o, const char **sep, con
 
 /* ---- public API ---- */
 
-static int parse_device(const char *dev, const w2l_backend **be) {
+static int parse_device(const char *dev, const w2l_backend **be, int *cuda_device) {
   if (!dev || strcmp(dev, "cpu") == 0) {
     *be = &fc_w2l_backend_dnnl;
     return FC_OK;
@@ -375,9 +377,19 @@ static int parse_device(const char *dev, const w2l_backend **be) {
     return FC_OK;
   }
   if (strncmp(dev, "cuda", 4) == 0 &&
-      (dev[4] == 0 || (dev[4] == ':' && dev[5] && strspn(dev + 5, "0123456789") == strlen(dev + 5))))
-    return fc_error_set(FC_EUNSUPPORTED, "wav2lip: device '%s' is not supported yet (use cpu or cpu-ref)",
+      (dev[4] == 0 || (dev[4] == ':' && dev[5] && strlen(dev + 5) <= 4 &&
+                       strspn(dev + 5, "0123456789") == strlen(dev + 5)))) {
+#ifdef FC_HAVE_CUDA
+    *be = &fc_w2l_backend_cudnn;
+    *cuda_device = dev[4] ? atoi(dev + 5) : 0;
+    return FC_OK;
+#else
+    (void)cuda_device;
+    return fc_error_set(FC_EUNSUPPORTED,
+                        "wav2lip: device '%s': this build has no CUDA support (use cpu or cpu-ref)",
                         dev);
+#endif
+  }
   return fc_error_set(FC_EINVAL, "wav2lip: unknown device '%s' (expected cpu, cpu-ref or cuda[:N])",
                       dev);
 }
@@ -396,7 +408,13 @@ fc_w2l *fc_w2l_load(const char *path, const fc_w2l_params *p, int *err_out) {
     err = fc_error_set(FC_EINVAL, "wav2lip: no checkpoint given");
     goto fail;
   }
-  if ((err = parse_device(p->device, &be))) goto fail;
+  int cuda_device = 0;
+  if ((err = parse_device(p->device, &be, &cuda_device))) goto fail;
+  if (p->fp16 && !be->infer) {
+    err = fc_error_set(FC_EUNSUPPORTED, "wav2lip: fp16 needs a cuda device ('%s' computes in fp32)",
+                       p->device ? p->device : "cpu");
+    goto fail;
+  }
   if (p->max_batch < 0 || p->max_batch > 4096 || p->threads < 0 || p->threads > 4096) {
     err = fc_error_set(FC_EINVAL, "wav2lip: max_batch %d / threads %d out of range", p->max_batch,
                        p->threads);
@@ -408,6 +426,8 @@ fc_w2l *fc_w2l_load(const char *path, const fc_w2l_params *p, int *err_out) {
   if (!(m = calloc(1, sizeof *m)) || !(b = calloc(1, sizeof *b))) goto fail;
   m->max_batch = p->max_batch ? p->max_batch : 16;
   m->threads = p->threads;
+  m->fp16 = p->fp16 != 0;
+  m->cuda_device = cuda_device;
   int nt = fc_checkpoint_count(ck);
   if (!(pr.used = calloc((size_t)nt + 1, 1))) goto fail;
   pr.ck = ck;
@@ -448,7 +468,7 @@ fc_w2l *fc_w2l_load(const char *path, const fc_w2l_params *p, int *err_out) {
   fc_checkpoint_destroy(ck);
   ck = NULL;
 
-  if ((err = plan_slots(m))) goto fail;
+  if ((err = plan_slots(m, be->infer == NULL))) goto fail;
   m->be = be;
   if ((err = be->create(m, &m->bstate))) {
     m->be = NULL; /* create cleans up after itself */
@@ -504,6 +524,10 @@ int fc_w2l_infer_tap(fc_w2l *m, const float *mel, const float *faces, float *out
                         m->max_batch);
   int err = m->be->prepare(m->bstate, m, batch);
   if (err) return err;
+  if (m->be->infer) {
+    if (tap) return fc_error_set(FC_EUNSUPPORTED, "wav2lip: device %s has no layer taps", m->be->name);
+    return m->be->infer(m->bstate, m, mel, faces, out, batch);
+  }
 
   /* inputs: mel has one channel, so NCHW and NHWC are the same bytes; faces are transposed */
   const int F = FC_W2L_FACE, C = FC_W2L_FACE_C, P = F * F;

@@ -63,6 +63,8 @@ struct fc_w2l {
   size_t *slot_floats;  /* per-sample capacity */
   int nslots;
   int max_batch, threads;
+  int fp16;        /* the backend computes in fp16 (cuda only) */
+  int cuda_device; /* N of "cuda:N" */
   const w2l_backend *be;
   void *bstate;
 };
@@ -76,10 +78,19 @@ struct w2l_backend {
   void (*destroy)(void *state);
   int (*prepare)(void *state, const fc_w2l *m, int batch);
   int (*run_op)(void *state, const fc_w2l *m, int op, int batch);
+  /* Optional: runs the whole batch itself (NCHW in and out, sigmoid included) after prepare(),
+   * instead of the run_op loop. A backend with it keeps its tensors elsewhere: model.c then
+   * plans the slots (slot_floats, tensors[].slot) but allocates no host slots (slots[i] NULL),
+   * and the tap debug hook is not available (FC_EUNSUPPORTED). */
+  int (*infer)(void *state, const fc_w2l *m, const float *mel, const float *faces, float *out,
+               int batch);
 };
 
 extern const w2l_backend fc_w2l_backend_ref;
 extern const w2l_backend fc_w2l_backend_dnnl;
+#ifdef FC_HAVE_CUDA
+extern const w2l_backend fc_w2l_backend_cudnn; /* cuda_cudnn.c */
+#endif
 
 /* Output size of a layer along one dimension. */
 static inline int w2l_out_dim(const w2l_layer *l, int in, int vertical) {

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Wav2Lip "cuda" backend on the accelerator machine (see shared/REFERENCE.md "Machines").
+#   here:  scripts/w2l-cuda-device.sh pack   builds build-cuda/ (CUDA on, --as-needed) and packs
+#          the facecast binary, test_wav2lip and their non-system libraries into
+#          build-cuda-dev/b.tar.xz (~17 MB; git-ignored), with this script beside it
+#   there: run tool, carry ["build-cuda-dev"], command `bash build-cuda-dev/w2l-cuda-device.sh run`
+#          (unpacks to /work/main/build-cuda, the paths the test binary was built with; runs the
+#          width-16 tests, generates the full-width golden set, checks it on cuda fp32/fp16 and
+#          times batch 1/16/128; logs under $OUT)
+set -u
+case "${1:-}" in
+pack)
+  cd "$(dirname "$0")/.."
+  cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXE_LINKER_FLAGS=-Wl,--as-needed >/dev/null &&
+    make -C build-cuda -j"$(nproc)" test_wav2lip facecast >/dev/null || exit 1
+  t=$(mktemp -d)
+  PLUGINS=coreelements bash shared/bench/bundle-for-accelerator.sh build-cuda/facecast "$t/b" >/dev/null 2>&1 ||
+    bash ../shared/bench/bundle-for-accelerator.sh build-cuda/facecast "$t/b" >/dev/null || exit 1
+  cp build-cuda/test_wav2lip "$t/b/"
+  for l in $(ldd build-cuda/test_wav2lip | awk '/=> \//{print $3}' | grep -E "dnnl|OpenCL|gomp"); do cp -L "$l" "$t/b/lib/"; done
+  mkdir -p build-cuda-dev && tar cJf build-cuda-dev/b.tar.xz -C "$t/b" . && cp "$0" build-cuda-dev/
+  rm -rf "$t"; ls -la build-cuda-dev ;;
+run)
+  ROOT=$PWD
+  [ -e /work/main ] || { mkdir -p /work && ln -s "$ROOT" /work/main; }
+  mkdir -p /work/main/build-cuda && tar xJf build-cuda-dev/b.tar.xz -C /work/main/build-cuda
+  export LD_LIBRARY_PATH=/work/main/build-cuda/lib:/usr/local/cuda/lib64
+  B=/work/main/build-cuda F=/work/main/build-cuda/facecast OUT=${OUT:-/tmp}
+  nvidia-smi -L
+  (PYTHONUNBUFFERED=1 timeout 300 python3 tools/gen_wav2lip_golden.py --width 1 --batch 16 --out /tmp/full >"$OUT/gen.log" 2>&1) &
+  (cd $B && ./test_wav2lip 2>&1 | grep -v "broken copy\|does not look like" | tee "$OUT/test.log")
+  wait
+  (cd $B && W2L_FULL_DIR=/tmp/full ./test_wav2lip 2>&1 | grep -E "full|FAIL" | tee "$OUT/test_full.log")
+  for dt in fp32 fp16; do
+    $F wav2lip infer --checkpoint /tmp/full/ckpt_zip.pth --mel /tmp/full/mel.npy --faces /tmp/full/faces.npy --out /tmp/o_$dt.npy --device cuda --dtype $dt --repeat 5
+    python3 -c "import numpy as np; d=np.abs(np.load('/tmp/o_$dt.npy')-np.load('/tmp/full/out.npy')); print('cli full width $dt max', d.max(), 'mean', d.mean())"
+  done
+  python3 -c "import numpy as np; [np.save('/tmp/%s128.npy'%k, np.concatenate([np.load('/tmp/full/%s.npy'%k)]*8)) for k in ('mel','faces')]"
+  for dt in fp16 fp32; do for b in 1 16 128; do
+    $F wav2lip infer --checkpoint /tmp/full/ckpt_zip.pth --mel /tmp/mel128.npy --faces /tmp/faces128.npy --out /tmp/o128.npy --device cuda --dtype $dt --max-batch $b --repeat 5
+  done; done ;;
+*) echo "usage: $0 pack|run" >&2; exit 2 ;;
+esac
