@@ -274,9 +274,8 @@ static int bench_model(int argc, char **argv) {
                     "one with random weights: tools/gen_wav2lip_golden.py --width 1 --out DIR)\n");
     return FC_EXIT_INPUT;
   }
-  if (strcmp(dtype, "fp32") != 0) {
-    fprintf(stderr, "facecast: error: bench model: --dtype %s is not available on this build "
-                    "(fp32 only)\n", dtype);
+  if (strcmp(dtype, "fp32") != 0 && strcmp(dtype, "fp16") != 0) {
+    fprintf(stderr, "facecast: error: bench model: --dtype '%s': expected fp32 or fp16\n", dtype);
     return FC_EXIT_INPUT;
   }
   /* The sweep; on the CPU the large batches only take long to say the same. */
@@ -293,7 +292,7 @@ static int bench_model(int argc, char **argv) {
     if (v > maxb) maxb = (int)v;
     q = *end ? end + 1 : end;
   }
-  fc_w2l_params wp = {.device = device, .max_batch = maxb};
+  fc_w2l_params wp = {.device = device, .max_batch = maxb, .fp16 = strcmp(dtype, "fp16") == 0};
   fc_w2l *m = fc_w2l_load(ckpt, &wp, &err);
   if (!m) return fc_cli_fail(err);
   size_t nmel = (size_t)maxb * FC_W2L_MEL_H * FC_W2L_MEL_W;
