@@ -4,7 +4,8 @@
 #          the facecast binary, test_wav2lip and their non-system libraries into
 #          build-cuda-dev/b.tar.xz (~17 MB; git-ignored), with this script beside it
 #   there: run tool, carry ["build-cuda-dev"], command `bash build-cuda-dev/w2l-cuda-device.sh run`
-#          (unpacks to /work/main/build-cuda, the paths the test binary was built with; runs the
+#          (unpacks to <the source dir it was packed from>/build-cuda — the test binaries carry
+#          that path for their data — linking that dir to the copied tree; runs the
 #          width-16 tests, generates the full-width golden set, checks it on cuda fp32/fp16 and
 #          times batch 1/16/128; logs under $OUT)
 set -u
@@ -18,14 +19,17 @@ pack)
     bash ../shared/bench/bundle-for-accelerator.sh build-cuda/facecast "$t/b" >/dev/null || exit 1
   cp build-cuda/test_wav2lip "$t/b/"
   for l in $(ldd build-cuda/test_wav2lip | awk '/=> \//{print $3}' | grep -E "dnnl|OpenCL|gomp"); do cp -L "$l" "$t/b/lib/"; done
+  pwd >"$t/b/SRCDIR" # the binaries' compiled-in paths point below it
   mkdir -p build-cuda-dev && tar cJf build-cuda-dev/b.tar.xz -C "$t/b" . && cp "$0" build-cuda-dev/
   rm -rf "$t"; ls -la build-cuda-dev ;;
 run)
   ROOT=$PWD
-  [ -e /work/main ] || { mkdir -p /work && ln -s "$ROOT" /work/main; }
-  mkdir -p /work/main/build-cuda && tar xJf build-cuda-dev/b.tar.xz -C /work/main/build-cuda
-  export LD_LIBRARY_PATH=/work/main/build-cuda/lib:/usr/local/cuda/lib64
-  B=/work/main/build-cuda F=/work/main/build-cuda/facecast OUT=${OUT:-/tmp}
+  mkdir -p build-cuda-dev/x && tar xJf build-cuda-dev/b.tar.xz -C build-cuda-dev/x
+  SRC=$(cat build-cuda-dev/x/SRCDIR)
+  [ -e "$SRC" ] || { mkdir -p "$(dirname "$SRC")" && ln -s "$ROOT" "$SRC"; }
+  rm -rf "$SRC/build-cuda" && mv build-cuda-dev/x "$SRC/build-cuda"
+  export LD_LIBRARY_PATH=$SRC/build-cuda/lib:/usr/local/cuda/lib64
+  B=$SRC/build-cuda F=$SRC/build-cuda/facecast OUT=${OUT:-/tmp}
   nvidia-smi -L
   (PYTHONUNBUFFERED=1 timeout 300 python3 tools/gen_wav2lip_golden.py --width 1 --batch 16 --out /tmp/full >"$OUT/gen.log" 2>&1) &
   (cd $B && ./test_wav2lip 2>&1 | grep -v "broken copy\|does not look like" | tee "$OUT/test.log")
