@@ -154,3 +154,27 @@ int fc_gst_report_recorded(GMutex *lock, const fc_gst_first_error *fe, int as_co
   if (!code) return 0;
   return fc_error_set(as_code ? as_code : code, "%s", msg);
 }
+
+int fc_gst_fill_i420(GstBuffer *buf, const GstVideoInfo *info, const uint8_t *i420) {
+  GstMapInfo map;
+  if (!gst_buffer_map(buf, &map, GST_MAP_WRITE)) return -1;
+  /* The caller's planes are tightly packed; GstVideoInfo pads each row to a multiple of 4
+   * (e.g. width 202: Y stride 204, chroma stride 104), so copy row by row unless they agree. */
+  const uint8_t *src = i420;
+  for (guint pl = 0; pl < 3; pl++) {
+    const size_t cols =
+        pl == 0 ? (size_t)GST_VIDEO_INFO_WIDTH(info) : (size_t)GST_VIDEO_INFO_WIDTH(info) / 2;
+    const size_t rows =
+        pl == 0 ? (size_t)GST_VIDEO_INFO_HEIGHT(info) : (size_t)GST_VIDEO_INFO_HEIGHT(info) / 2;
+    const size_t stride = (size_t)GST_VIDEO_INFO_PLANE_STRIDE(info, pl);
+    uint8_t *dst = map.data + GST_VIDEO_INFO_PLANE_OFFSET(info, pl);
+    if (stride == cols) {
+      memcpy(dst, src, cols * rows);
+    } else {
+      for (size_t y = 0; y < rows; y++) memcpy(dst + y * stride, src + y * cols, cols);
+    }
+    src += cols * rows;
+  }
+  gst_buffer_unmap(buf, &map);
+  return 0;
+}

@@ -15,8 +15,10 @@
 #define FC_MEDIA_GST_COMMON_H
 
 #include <gst/gst.h>
+#include <gst/video/video.h>
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Initialises GStreamer on the first call in the process (later calls only report how that
  * went). Returns 0, or FC_EMEDIA with a detail giving GStreamer's reason. Thread-safe. */
@@ -52,6 +54,10 @@ GstBufferPool *fc_gst_make_pool(GstCaps *caps, guint size, guint min_buffers);
 
 /* Deactivates and drops *pool if there is one and sets it to NULL. */
 void fc_gst_release_pool(GstBufferPool **pool);
+
+/* Copies packed I420 (Y w×h, then U and V (w/2)×(h/2)) into buf laid out as info says
+ * (GStreamer pads rows to multiples of 4). Returns 0, or -1 when buf cannot be mapped. */
+int fc_gst_fill_i420(GstBuffer *buf, const GstVideoInfo *info, const uint8_t *i420);
 
 /* ---- the first pipeline error ----
  *

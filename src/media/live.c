@@ -1187,26 +1187,10 @@ static int push_video(fc_live *l, const uint8_t *i420, int64_t index) {
     return fc_error_set(FC_EMEDIA, "live output: no video buffer from the pool (%s)",
                         gst_flow_get_name(flow));
   }
-  GstMapInfo map;
-  if (!gst_buffer_map(buf, &map, GST_MAP_WRITE)) {
+  if (fc_gst_fill_i420(buf, &l->vinfo, i420)) {
     gst_buffer_unref(buf);
     return fc_error_set(FC_EMEDIA, "live output: could not map a video buffer");
   }
-  /* The caller's planes are packed; GstVideoInfo pads rows to multiples of 4. */
-  const uint8_t *src = i420;
-  for (guint pl = 0; pl < 3; pl++) {
-    const size_t cols = pl == 0 ? (size_t)l->p.width : (size_t)l->p.width / 2;
-    const size_t rows = pl == 0 ? (size_t)l->p.height : (size_t)l->p.height / 2;
-    const size_t stride = (size_t)GST_VIDEO_INFO_PLANE_STRIDE(&l->vinfo, pl);
-    uint8_t *dst = map.data + GST_VIDEO_INFO_PLANE_OFFSET(&l->vinfo, pl);
-    if (stride == cols) {
-      memcpy(dst, src, cols * rows);
-    } else {
-      for (size_t y = 0; y < rows; y++) memcpy(dst + y * stride, src + y * cols, cols);
-    }
-    src += cols * rows;
-  }
-  gst_buffer_unmap(buf, &map);
 
   const guint64 fps = (guint64)l->p.fps;
   const GstClockTime t0 = gst_util_uint64_scale((guint64)index, GST_SECOND, fps);

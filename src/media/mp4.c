@@ -422,27 +422,10 @@ int fc_mp4_writer_push_video(fc_mp4_writer *w, const uint8_t *i420, int64_t inde
     return fc_error_set(FC_EMEDIA, "%s: no video buffer from the pool (%s)", w->path,
                         gst_flow_get_name(flow));
   }
-  GstMapInfo map;
-  if (!gst_buffer_map(buf, &map, GST_MAP_WRITE)) {
+  if (fc_gst_fill_i420(buf, &w->vinfo, i420)) {
     gst_buffer_unref(buf);
     return fc_error_set(FC_EMEDIA, "%s: could not map a video buffer", w->path);
   }
-  /* The caller's planes are tightly packed; GstVideoInfo pads each row to a multiple of 4
-   * (e.g. width 202: Y stride 204, chroma stride 104), so copy row by row unless they agree. */
-  const uint8_t *src = i420;
-  for (guint pl = 0; pl < 3; pl++) {
-    const size_t cols = pl == 0 ? (size_t)w->p.width : (size_t)w->p.width / 2;
-    const size_t rows = pl == 0 ? (size_t)w->p.height : (size_t)w->p.height / 2;
-    const size_t stride = (size_t)GST_VIDEO_INFO_PLANE_STRIDE(&w->vinfo, pl);
-    uint8_t *dst = map.data + GST_VIDEO_INFO_PLANE_OFFSET(&w->vinfo, pl);
-    if (stride == cols) {
-      memcpy(dst, src, cols * rows);
-    } else {
-      for (size_t y = 0; y < rows; y++) memcpy(dst + y * stride, src + y * cols, cols);
-    }
-    src += cols * rows;
-  }
-  gst_buffer_unmap(buf, &map);
 
   const guint64 fps = (guint64)w->p.fps;
   const GstClockTime pts = gst_util_uint64_scale((guint64)index, GST_SECOND, fps);

@@ -141,6 +141,16 @@ static const char *query_get(GHashTable *q, const char *k) {
   return q ? g_hash_table_lookup(q, k) : NULL;
 }
 
+/* Queues a job that answers msg when done, with msg paused until then. */
+static void queue_paused(fc_server *srv, SoupServerMessage *msg, fc_job *j) {
+  j->msg = g_object_ref(msg);
+  soup_server_message_pause(msg);
+  if (fc_job_push(srv, j)) { /* the job (and its reference to msg) is gone */
+    fc_http_error(msg, 500, "cannot queue the work");
+    soup_server_message_unpause(msg);
+  }
+}
+
 /* ---- sessions: /offer, /whep, DELETE ---------------------------------------------------- */
 
 typedef struct answer_ev {
@@ -386,7 +396,15 @@ static void h_human(SoupServer *server, SoupServerMessage *msg, const char *path
           ? json_node_get_string(vn)
           : NULL;
   if (text) {
-    if (strcmp(type, "chat") == 0) {
+    JsonNode *in = json_object_get_member(o, "interrupt");
+    int interrupt = 0, bad_interrupt = 0;
+    if (in && JSON_NODE_HOLDS_VALUE(in) && json_node_get_value_type(in) == G_TYPE_BOOLEAN)
+      interrupt = json_node_get_boolean(in);
+    else if (in && !JSON_NODE_HOLDS_NULL(in))
+      bad_interrupt = 1;
+    if (bad_interrupt) {
+      fc_http_error(msg, 400, "'interrupt' must be true or false");
+    } else if (strcmp(type, "chat") == 0) {
       fc_http_error(msg, 501, "type 'chat' is not configured on this server (no LLM); use 'echo'");
     } else if (strcmp(type, "echo") != 0) {
       fc_http_error(msg, 400, "'type' must be \"echo\" or \"chat\"");
@@ -397,14 +415,8 @@ static void h_human(SoupServer *server, SoupServerMessage *msg, const char *path
       fc_session_ref(s);
       j->text = g_strdup(text);
       j->voice = g_strdup(voice);
-      j->interrupt = json_object_has_member(o, "interrupt") &&
-                     json_node_get_boolean(json_object_get_member(o, "interrupt"));
-      j->msg = g_object_ref(msg);
-      soup_server_message_pause(msg);
-      if (fc_job_push(srv, j)) {
-        fc_http_error(msg, 500, "cannot queue the work");
-        soup_server_message_unpause(msg);
-      }
+      j->interrupt = interrupt;
+      queue_paused(srv, msg, j);
     }
   }
   if (s) fc_session_unref(s);
@@ -466,12 +478,7 @@ static void h_humanaudio(SoupServer *server, SoupServerMessage *msg, const char 
     j->name = name;
     file = NULL;
     name = NULL;
-    j->msg = g_object_ref(msg);
-    soup_server_message_pause(msg);
-    if (fc_job_push(srv, j)) {
-      fc_http_error(msg, 500, "cannot queue the work");
-      soup_server_message_unpause(msg);
-    }
+    queue_paused(srv, msg, j);
   }
   if (file) g_bytes_unref(file);
   g_free(name);
@@ -582,12 +589,7 @@ static void h_record(SoupServer *server, SoupServerMessage *msg, const char *pat
       j->s = s;
       fc_session_ref(s);
       j->rec = rec;
-      j->msg = g_object_ref(msg);
-      soup_server_message_pause(msg);
-      if (fc_job_push(srv, j)) {
-        fc_http_error(msg, 500, "cannot queue the work");
-        soup_server_message_unpause(msg);
-      }
+      queue_paused(srv, msg, j);
     }
   } else if (type) {
     fc_http_error(msg, 400, "'type' must be \"start_record\" or \"end_record\"");

@@ -244,6 +244,8 @@ def main():
         check(is_error(st, js, 400), "empty text: 400")
         st, js, _, _ = c.post("/human", {"sessionid": sid, "text": 42, "type": "echo"})
         check(is_error(st, js, 400), "text not a string: 400")
+        st, js, _, _ = c.post("/human", {"sessionid": sid, "text": "hi", "type": "echo", "interrupt": {"x": 1}})
+        check(is_error(st, js, 400) and "interrupt" in js["msg"], "interrupt not a boolean: 400")
         st, js, _, _ = c.post("/human", {"sessionid": sid, "text": "hello", "type": "chat"})
         check(is_error(st, js, 501) and "not configured" in js["msg"], "chat: not configured (501)")
         st, js, _, _ = c.post("/human", {"sessionid": sid, "text": "hello", "type": "echo", "voice": "xx-nope"})
