@@ -8,6 +8,11 @@
 #          that path for their data — linking that dir to the copied tree; runs the
 #          width-16 tests, generates the full-width golden set, checks it on cuda fp32/fp16 and
 #          times batch 1/16/128; logs under $OUT)
+#   there: `bash build-cuda-dev/w2l-cuda-device.sh bench` (after run): bench model for fp16, bf16
+#          and fp32 over the issue's batch sizes (JSON under $OUT), each op's time at batch 16 and
+#          256 (W2L_CUDA_TIMING) and an ncu kernel list of one resident fp16 pass at batch 256;
+#          then, with WAV2LIP_DIR naming a git-ignored copy of the public Wav2Lip models/ folder,
+#          the PyTorch anchors of shared/bench in the same call (eager; torch.compile + graphs)
 set -u
 case "${1:-}" in
 pack)
@@ -43,5 +48,25 @@ run)
   for dt in fp16 fp32; do for b in 1 16 128; do
     $F wav2lip infer --checkpoint /tmp/full/ckpt_zip.pth --mel /tmp/mel128.npy --faces /tmp/faces128.npy --out /tmp/o128.npy --device cuda --dtype $dt --max-batch $b --repeat 5
   done; done ;;
-*) echo "usage: $0 pack|run" >&2; exit 2 ;;
+bench)
+  SRC=$(readlink -f "$(cat "$(dirname "$0")"/../build-cuda/SRCDIR 2>/dev/null || echo /nonexistent)")
+  [ -x "$SRC/build-cuda/facecast" ] || { echo "run '$0 run' first" >&2; exit 2; }
+  export LD_LIBRARY_PATH=$SRC/build-cuda/lib:/usr/local/cuda/lib64
+  F=$SRC/build-cuda/facecast OUT=${OUT:-/tmp} CK=/tmp/full/ckpt_zip.pth
+  for dt in fp16 bf16 fp32; do
+    timeout 200 $F bench model --checkpoint $CK --device cuda --dtype $dt --seconds 0.6 --json >"$OUT/fc_$dt.jsonl"
+    cat "$OUT/fc_$dt.jsonl"
+  done
+  [ -z "${SKIP_PROFILE:-}" ] && W2L_CUDA_TIMING=1 timeout 120 $F bench model --checkpoint $CK --device cuda --dtype fp16 --batches 16,256 --seconds 0.2 2>"$OUT/timing_fp16.txt" >/dev/null
+  [ -z "${SKIP_PROFILE:-}" ] && cat "$OUT/timing_fp16.txt"
+  [ -z "${SKIP_PROFILE:-}" ] && W2L_CUDA_PROFILE=1 timeout 200 ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv \
+    $F bench model --checkpoint $CK --device cuda --dtype fp16 --batches 256 --seconds 0.05 >"$OUT/ncu_fp16_256.csv" 2>&1
+  [ -z "${SKIP_PROFILE:-}" ] && grep -c gpu__time "$OUT/ncu_fp16_256.csv"
+  B=$(ls -d shared/bench ../shared/bench ref/bench 2>/dev/null | head -1)
+  if [ -n "${WAV2LIP_DIR:-}" ] && [ -n "$B" ]; then
+    (cd "$B" && timeout 150 python3 wav2lip_torch_bench.py >"$OUT/torch_eager.jsonl" 2>"$OUT/torch_eager.err"
+     timeout 200 python3 wav2lip_torch_compile_bench.py reduce-overhead 1,16,512 >"$OUT/torch_compile.jsonl" 2>"$OUT/torch_compile.err")
+    grep '"float16"' "$OUT/torch_eager.jsonl" | grep -v '"channels_last": false'; cat "$OUT/torch_compile.jsonl"
+  fi ;;
+*) echo "usage: $0 pack|run|bench" >&2; exit 2 ;;
 esac

@@ -1,4 +1,4 @@
-/* The Wav2Lip generator (96×96), run on the CPU from a PyTorch checkpoint.
+/* The Wav2Lip generator (96×96), run on the CPU or a CUDA GPU from a PyTorch checkpoint.
  *
  * What: fc_w2l_load() reads a Wav2Lip checkpoint (torch zip or legacy .pth, or safetensors; keys
  * with or without "module."), derives every channel count from the tensor shapes (so the real
@@ -12,19 +12,28 @@
  *
  * Devices: "cpu" (oneDNN, multi-threaded, the fast path) and "cpu-ref" (plain C loops, one
  * thread: slow, but simple enough to be obviously right; other backends are tested against it).
- * "cuda[:N]": cuDNN on GPU N (0 by default), fp32 or fp16 (params.fp16), in builds with CUDA;
- * without CUDA support in the build, or without a GPU, it fails with FC_EUNSUPPORTED.
+ * "cuda[:N]": cuDNN on GPU N (0 by default), fp32, fp16 or bf16 (params.dtype), in builds with
+ * CUDA; without CUDA support in the build, or without a GPU, it fails with FC_EUNSUPPORTED.
+ *
+ * Two ways in: fc_w2l_infer() takes and returns the float tensors above (parity with PyTorch);
+ * fc_w2l_infer_u8() takes the 96×96 RGB face crops as bytes and returns the generated crops as
+ * bytes, building the six input channels (BGR/255, lower half masked) and the ×255 output on the
+ * device that runs the model, so only 27 KB per frame cross the bus each way. That is the path
+ * the engine uses.
  *
  * Memory: all activation buffers are sized for max_batch at load; fc_w2l_infer() does not
  * allocate, except that the "cpu" and "cuda" backends build their plans (oneDNN primitives;
  * cuDNN descriptors, algorithm choice and workspace) the first time each batch size is used
  * and keep them. On "cuda" the weights and activations live on the GPU (activations in device
- * buffers sized for max_batch) and inputs/outputs pass through pinned host buffers.
+ * buffers sized for max_batch) and inputs/outputs pass through pinned host buffers; each batch
+ * size's whole sequence (copies, kernels) is captured once as a CUDA graph and replayed.
  *
  * Threads: a model is used by one thread at a time (infer writes its internal buffers).
  * Errors: negative FC_E* codes with a one-line detail (fc_error_detail). */
 #ifndef FACECAST_WAV2LIP_H
 #define FACECAST_WAV2LIP_H
+
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -38,6 +47,9 @@ extern "C" {
 
 typedef struct fc_w2l fc_w2l;
 
+/* Compute type of the activations and weights; accumulation is fp32 in every case. */
+enum { FC_W2L_FP32 = 0, FC_W2L_FP16 = 1, FC_W2L_BF16 = 2 };
+
 /* A zero-initialised struct (or a NULL pointer) means: device "cpu", max_batch 16, threads
  * default (the OpenMP default, i.e. OMP_NUM_THREADS or every core). */
 typedef struct fc_w2l_params {
@@ -45,9 +57,9 @@ typedef struct fc_w2l_params {
   int max_batch;      /* largest batch fc_w2l_infer accepts; 0 = 16 */
   int threads;        /* worker threads for "cpu"; 0 = default. oneDNN runs on OpenMP, so this
                        * is omp_set_num_threads() on the threads that load and infer */
-  int fp16;           /* nonzero: fp16 weights and activations with fp32 accumulation (within
-                       * ~1e-2 of fp32 on the output); "cuda" only, else FC_EUNSUPPORTED.
-                       * 0 = fp32. Inputs and outputs are fp32 either way */
+  int dtype;          /* FC_W2L_FP32 (0), or FC_W2L_FP16 / FC_W2L_BF16: weights and activations
+                       * in 16 bits (fp16 within ~2e-2 of fp32 on the output, bf16 ~1e-1);
+                       * "cuda" only, else FC_EUNSUPPORTED. Inputs and outputs are as below */
 } fc_w2l_params;
 
 /* Loads and prepares the model. NULL on failure with *err (if not NULL) set: FC_ENOTFOUND /
@@ -58,6 +70,22 @@ fc_w2l *fc_w2l_load(const char *checkpoint, const fc_w2l_params *p, int *err);
 /* Runs batch (1..max_batch) frames: out = G(mel, faces). Returns 0, FC_EINVAL (bad batch or
  * NULL pointers) or FC_ENOMEM / FC_EUNSUPPORTED (the backend could not set up this batch size). */
 int fc_w2l_infer(fc_w2l *m, const float *mel, const float *faces, float *out, int batch);
+
+/* The engine's path: crops [B][96][96][3] RGB bytes (the face box resized to 96×96; the network
+ * sees it as the reference and, lower half zeroed, as the masked input), mel as above; out
+ * [B][96][96][3] RGB bytes, round(255 · sigmoid). Same errors as fc_w2l_infer. */
+int fc_w2l_infer_u8(fc_w2l *m, const float *mel, const unsigned char *crops, unsigned char *out,
+                    int batch);
+
+/* For benchmarks: runs the network again on the inputs of the previous infer call, leaving the
+ * result on the device: the model alone, as the PyTorch anchors time it (tensors resident).
+ * FC_EINVAL before any infer call of that batch size. */
+int fc_w2l_run_resident(fc_w2l *m, int batch);
+
+/* Device memory this model holds on its GPU at its peak so far (weights, activations, workspace,
+ * staging, graphs; measured as the drop in free device memory since before it was loaded), in
+ * bytes; 0 on the CPU. */
+size_t fc_w2l_device_bytes(const fc_w2l *m);
 
 void fc_w2l_destroy(fc_w2l *m);
 

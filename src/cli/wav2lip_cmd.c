@@ -19,7 +19,7 @@
 
 static void w2l_usage(FILE *f) {
   fputs("usage: facecast wav2lip infer --checkpoint FILE --mel MEL.npy --faces FACES.npy\n"
-        "                              --out OUT.npy [--device cpu|cpu-ref|cuda[:N]] [--dtype fp32|fp16]\n"
+        "                              --out OUT.npy [--device cpu|cpu-ref|cuda[:N]] [--dtype fp32|fp16|bf16]\n"
         "                              [--max-batch N] [--threads N] [--repeat N]\n"
         "  mel [B,1,80,16], faces [B,6,96,96] float32 NCHW -> out [B,3,96,96] in [0,1]\n",
         f);
@@ -98,15 +98,16 @@ static int w2l_infer(int argc, char **argv) {
     return FC_EXIT_INPUT;
   }
   int on_cuda = strncmp(p.device, "cuda", 4) == 0;
-  if (strcmp(dtype, "fp16") == 0 && on_cuda) p.fp16 = 1;
-  else if (strcmp(dtype, "fp16") == 0 || strcmp(dtype, "bf16") == 0)
+  int half = strcmp(dtype, "fp16") == 0 ? FC_W2L_FP16 : strcmp(dtype, "bf16") == 0 ? FC_W2L_BF16 : 0;
+  if (half && on_cuda) p.dtype = half;
+  else if (half)
     return fc_cli_fail(fc_error_set(FC_EUNSUPPORTED,
-                                    "--dtype %s is not supported on %s (devices cpu, cpu-ref "
-                                    "compute in fp32; cuda takes fp32 or fp16); use --dtype fp32",
-                                    dtype, on_cuda ? "CUDA yet" : "CPU"));
+                                    "--dtype %s is not supported on the CPU (devices cpu, cpu-ref "
+                                    "compute in fp32); use --dtype fp32",
+                                    dtype));
   else if (strcmp(dtype, "fp32") != 0)
     return fc_cli_fail(fc_error_set(FC_EINVAL, "--dtype '%s': expected fp32%s", dtype,
-                                    on_cuda ? " or fp16" : ""));
+                                    on_cuda ? ", fp16 or bf16" : ""));
 
   int64_t nb = 0, nf = 0;
   if ((err = read_input(melp, "mel", 1, FC_W2L_MEL_H, FC_W2L_MEL_W, &mel, &nb))) goto out;

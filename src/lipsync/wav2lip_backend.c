@@ -2,12 +2,13 @@
  *
  * Per request: the avatar frame's face box, padded 10 px down so the chin is in (Wav2Lip's
  * (0, 10, 0, 0), scaled from the photo to the output frame), is cut out and resized to 96×96;
- * the network gets it twice — lower half blanked (rows 48..95) and whole as the reference — as
- * BGR/255 NCHW, with the frame's 80×16 mel window. Its 96×96 output is resized back to the box.
+ * fc_w2l_infer_u8 takes it as RGB bytes and gives the network it twice — lower half blanked
+ * (rows 48..95) and whole as the reference, BGR/255 — with the frame's 80×16 mel window, on the
+ * device that runs the model (fp16 on a GPU). Its 96×96 output is resized back to the box.
  * The blend mask keeps the upper face from the avatar (the generated face is softer than the
  * photo): transparent above 45 % of the box height, opaque from 60 %, feathered at the sides
  * and bottom, so only the mouth and jaw are replaced.
- * Buffers for a whole batch (network inputs and outputs, one 96×96 crop) are allocated once.
+ * Buffers for a whole batch (crops, mel windows, outputs) are allocated once.
  */
 #include "facecast/error.h"
 #include "facecast/mel.h"
@@ -23,8 +24,8 @@
 
 typedef struct w2l_state {
   fc_w2l *net;
-  float *mel, *faces, *out;
-  fc_image crop; /* 96×96 */
+  float *mel;
+  uint8_t *crops, *out; /* MAX_BATCH × 96×96 RGB */
 } w2l_state;
 
 static void w2l_destroy(void *p) {
@@ -32,9 +33,8 @@ static void w2l_destroy(void *p) {
   if (!st) return;
   fc_w2l_destroy(st->net);
   free(st->mel);
-  free(st->faces);
+  free(st->crops);
   free(st->out);
-  fc_image_free(&st->crop);
   free(st);
 }
 
@@ -45,12 +45,14 @@ static int w2l_create(const fc_lipsync_params *p, void **state) {
   w2l_state *st = calloc(1, sizeof *st);
   if (!st) return fc_error_set(FC_ENOMEM, "wav2lip: out of memory");
   int err;
-  fc_w2l_params wp = {.device = p->device, .max_batch = MAX_BATCH};
+  int gpu = p->device && strncmp(p->device, "cuda", 4) == 0;
+  fc_w2l_params wp = {.device = p->device, .max_batch = MAX_BATCH,
+                      .dtype = gpu ? FC_W2L_FP16 : FC_W2L_FP32};
   if (!(st->net = fc_w2l_load(p->checkpoint, &wp, &err))) goto fail;
   st->mel = malloc(sizeof(float) * MAX_BATCH * FC_W2L_MEL_H * FC_W2L_MEL_W);
-  st->faces = malloc(sizeof(float) * MAX_BATCH * FC_W2L_FACE_C * S * S);
-  st->out = malloc(sizeof(float) * MAX_BATCH * FC_W2L_OUT_C * S * S);
-  if (!st->mel || !st->faces || !st->out || (err = fc_image_alloc(&st->crop, S, S))) {
+  st->crops = malloc((size_t)MAX_BATCH * 3 * S * S);
+  st->out = malloc((size_t)MAX_BATCH * 3 * S * S);
+  if (!st->mel || !st->crops || !st->out) {
     err = fc_error_set(FC_ENOMEM, "wav2lip: out of memory");
     goto fail;
   }
@@ -83,14 +85,14 @@ static size_t w2l_capacity(void *p, const fc_avatar *av) {
   return best;
 }
 
-/* Bilinear sample of channel c (BGR order in the network's output) at (x, y) of a 96×96 plane. */
-static float out_sample(const float *plane, float x, float y) {
+/* Bilinear sample at (x, y) of channel c of a 96×96 RGB byte image. */
+static float out_sample(const uint8_t *img, int c, float x, float y) {
   x = x < 0 ? 0 : x > S - 1.001f ? S - 1.001f : x;
   y = y < 0 ? 0 : y > S - 1.001f ? S - 1.001f : y;
   int xi = (int)x, yi = (int)y;
   float fx = x - xi, fy = y - yi;
-  const float *p = plane + yi * S + xi;
-  float top = p[0] + fx * (p[1] - p[0]), bot = p[S] + fx * (p[S + 1] - p[S]);
+  const uint8_t *p = img + (yi * S + xi) * 3 + c;
+  float top = p[0] + fx * (p[3] - p[0]), bot = p[3 * S] + fx * (p[3 * S + 3] - p[3 * S]);
   return top + fy * (bot - top);
 }
 
@@ -100,25 +102,16 @@ static int run_batch(w2l_state *st, const fc_lipsync_req *reqs, fc_patch *out, i
     if (!rq->avatar || !rq->mel) return fc_error_set(FC_EINVAL, "wav2lip: request without mel");
     fc_rect box = face_box(rq->avatar, rq->frame);
     out[k].place = box;
-    fc_image_resize_region(fc_avatar_frame(rq->avatar, rq->frame), box, &st->crop);
-    float *f = st->faces + (size_t)k * FC_W2L_FACE_C * S * S;
-    for (int c = 0; c < 3; c++) { /* BGR: network channel c is RGB channel 2 - c */
-      float *masked = f + (size_t)c * S * S, *ref = f + (size_t)(3 + c) * S * S;
-      for (int y = 0; y < S; y++)
-        for (int x = 0; x < S; x++) {
-          float v = st->crop.rgb[(size_t)y * st->crop.stride + 3 * x + (2 - c)] / 255.0f;
-          ref[y * S + x] = v;
-          masked[y * S + x] = y < S / 2 ? v : 0.0f;
-        }
-    }
+    fc_image crop = {.w = S, .h = S, .stride = 3 * S, .rgb = st->crops + (size_t)k * 3 * S * S};
+    fc_image_resize_region(fc_avatar_frame(rq->avatar, rq->frame), box, &crop);
     memcpy(st->mel + (size_t)k * FC_W2L_MEL_H * FC_W2L_MEL_W, rq->mel,
            sizeof(float) * FC_W2L_MEL_H * FC_W2L_MEL_W);
   }
-  int err = fc_w2l_infer(st->net, st->mel, st->faces, st->out, n);
+  int err = fc_w2l_infer_u8(st->net, st->mel, st->crops, st->out, n);
   if (err) return err;
   for (int k = 0; k < n; k++) {
     fc_rect r = out[k].place;
-    const float *o = st->out + (size_t)k * FC_W2L_OUT_C * S * S;
+    const uint8_t *o = st->out + (size_t)k * 3 * S * S;
     float sx = (float)S / r.w, sy = (float)S / r.h;
     for (int y = 0; y < r.h; y++) {
       float v = (y + 0.5f) / r.h; /* 0 at the top of the box, 1 at the bottom */
@@ -129,10 +122,7 @@ static int run_batch(w2l_state *st, const fc_lipsync_req *reqs, fc_patch *out, i
         float a_s = u < 0.08f ? u / 0.08f : u > 0.92f ? (1.0f - u) / 0.08f : 1.0f;
         float fx = (x + 0.5f) * sx - 0.5f, fy = (y + 0.5f) * sy - 0.5f;
         uint8_t *px = out[k].rgb + ((size_t)y * r.w + x) * 3;
-        for (int c = 0; c < 3; c++) {
-          float val = out_sample(o + (size_t)(2 - c) * S * S, fx, fy) * 255.0f + 0.5f;
-          px[c] = (uint8_t)(val < 0 ? 0 : val > 255 ? 255 : val);
-        }
+        for (int c = 0; c < 3; c++) px[c] = (uint8_t)(out_sample(o, c, fx, fy) + 0.5f);
         out[k].alpha[(size_t)y * r.w + x] = (uint8_t)lrintf(255.0f * a_v * a_b * a_s);
       }
     }

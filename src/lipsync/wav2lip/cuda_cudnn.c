@@ -1,4 +1,5 @@
-/* Wav2Lip "cuda[:N]": the ops as cuDNN 9 (legacy API) calls on one CUDA stream, fp32 or fp16.
+/* Wav2Lip "cuda[:N]": the ops as cuDNN 9 (legacy API) calls on one CUDA stream, fp32, fp16 or
+ * bf16.
  *
  * Layout: every tensor is NHWC in device slots that mirror model.c's slot plan (so the host
  * slots are not allocated for this backend); weights are re-laid out once at load into cuDNN's
@@ -7,9 +8,20 @@
  *
  * Per batch size a plan is built the first time that size is used and kept: tensor descriptors
  * and the fastest algorithm of each convolution (cudnnFind*, which times them), plus one shared
- * workspace grown to the largest need. fc_w2l_infer then allocates nothing: the inputs go
- * through pinned host staging buffers, NCHW->NHWC (and fp16) on the device, the ops, and a
- * sigmoid kernel writing NCHW fp32 back to pinned memory.
+ * workspace grown to the largest need. Inference then allocates nothing: the inputs go through
+ * pinned host staging buffers, are converted on the device (NCHW floats, or RGB bytes -> the six
+ * NHWC channels), the ops run, and one kernel computes the last layer (1x1 conv to 3 channels)
+ * with the sigmoid and writes NCHW floats or RGB bytes, copied back to pinned memory.
+ *
+ * Two lanes: the audio encoder (13 small ops) runs on a second stream with its own cuDNN handle
+ * and workspace, forked after the inputs arrive and joined before the decoder, beside the face
+ * encoder; at small batches, where every op is latency-bound, that shortens the critical path.
+ *
+ * CUDA graphs: the first call of a batch size runs the sequence eagerly (that settles which
+ * layers cuDNN fuses); the next call of each I/O kind (float, bytes, resident) captures the
+ * whole sequence (copies in, kernels, copy out) into a graph, which every later call replays
+ * with one launch. Below batch 64 the ~110 launches of an eager pass cost more than the GPU
+ * work. A capture that fails (a library call that cannot be captured) leaves that kind eager.
  *
  * How each op maps:
  *   - Conv2d + BN + ReLU (+ residual): cudnnConvolutionBiasActivationForward, z = the block's
@@ -20,19 +32,23 @@
  *   - ConvTranspose2d: cudnnConvolutionBackwardData with the PyTorch weights as the forward
  *     filter (K = ConvT input channels), output padding through the dx size; + bias/ReLU kernel.
  *   - concat: one kernel writing both channel ranges.
- * fp16: data fp16, accumulation fp32 (CUDNN_DATA_FLOAT compute type, tensor-op math). fp32 uses
- * FMA math (no TF32), so it matches the CPU to ~1e-5.
+ * fp16/bf16: data 16-bit, accumulation fp32 (CUDNN_DATA_FLOAT compute type, tensor-op math).
+ * fp32 uses FMA math (no TF32), so it matches the CPU to ~1e-5.
  * Measured on an H200 (cuDNN 9.14), max |out - PyTorch float64|: fp32 2.4e-5 (width-16 fixture)
  * and 1.6e-5 (full width); fp16 0.021 and 0.014, the same with the fused and unfused paths and
  * fixed algorithms (so fp16 rounding, not a path's bug).
  *
- * Diagnostics (environment, read at load): W2L_CUDA_NOFUSE=1, W2L_CUDA_FIXED_ALGO=1 and
- * W2L_CUDA_DEBUG=1 (per-op algorithm and output range on stderr; that one allocates and syncs). */
+ * Diagnostics (environment, read at load): W2L_CUDA_NOFUSE=1, W2L_CUDA_FIXED_ALGO=1,
+ * W2L_CUDA_NOGRAPH=1, W2L_CUDA_TIMING=1 (each op's time by CUDA events on stderr, on the third
+ * eager pass of each batch size; implies no graphs), W2L_CUDA_PROFILE=1 (cudaProfilerStart/Stop
+ * around the first resident run, for `ncu --profile-from-start off`) and W2L_CUDA_DEBUG=1 (per-op algorithm and
+ * output range on stderr; that one allocates, syncs and never captures). */
 #include "lipsync/wav2lip/w2l_internal.h"
 #include "lipsync/wav2lip/w2l_cuda.h"
 
 #include "facecast/error.h"
 
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #include <math.h>
@@ -43,6 +59,9 @@
 
 #define WS_LIMIT ((size_t)2 << 30) /* largest workspace an algorithm may ask for */
 #define NALGO 8
+/* The face input is stored with 8 channels (6 and two zeros): tensor-core convolutions want
+ * channel counts in multiples of 8, and the first layer on 6 was the slowest layer per FLOP. */
+#define FACE_CP 8
 
 typedef struct clayer {
   cudnnFilterDescriptor_t wd;
@@ -62,12 +81,16 @@ typedef struct cop {
 
 typedef struct cplan {
   int batch;
+  int warm;                           /* ran once eagerly */
+  int passes;                         /* eager passes so far (W2L_CUDA_TIMING) */
+  cudaGraphExec_t graph[W2L_IO_COUNT]; /* per I/O kind, captured on the second call */
+  int nograph[W2L_IO_COUNT];          /* capture failed: stay eager */
   cop ops[W2L_MAX_OPS];
   struct cplan *next;
 } cplan;
 
 typedef struct cstate {
-  int dev, half;
+  int dev, dtype;
   size_t esz;
   cudnnDataType_t dt;
   cudaStream_t st;
@@ -77,14 +100,33 @@ typedef struct cstate {
   int nlayers;
   void **slots;
   int nslots;
-  float *d_in, *d_out, *h_in, *h_out; /* staging: faces then mel (fp32 NCHW); output */
+  /* staging, sized for the float I/O; the byte I/O uses the same buffers: in = faces (floats
+   * or bytes) at 0, then mel (floats) at mel_off bytes; out = floats or bytes */
+  char *d_in, *h_in;
+  void *d_out, *h_out;
+  size_t mel_off;
   void *ws;
   size_t ws_size;
+  /* the audio encoder runs on a second lane (stream, cuDNN handle, workspace) beside the face
+   * encoder: they are independent, and at small batches the critical path is the op count */
+  cudaStream_t st2;
+  cudnnHandle_t h2;
+  void *ws2;
+  cudaEvent_t fork, join;
+  int audio_first, audio_last; /* op range of the audio encoder; -1: none (one lane) */
+  void *abuf[2];               /* its activations, ping-pong: model.c's slot plan assumes one
+                                * op at a time, so the concurrent lane must not use its slots */
+  void *tp[W2L_MAX_TENSORS];   /* where each tensor lives on the device */
+  void *face;    /* the face input, NHWC with FACE_CP channels (not a model.c slot) */
+  int face_op;   /* the op that reads it */
+  float *head_w; /* the last layer (1x1, -> 3 channels) as [3][cin] fp32, for w2l_cuda_head */
   cplan *plans;
+  size_t free0, peak; /* free device memory before load; peak held since (bytes) */
   /* diagnostics from the environment, read at load: W2L_CUDA_NOFUSE=1 never uses the fused
    * cuDNN call; W2L_CUDA_FIXED_ALGO=1 takes IMPLICIT_PRECOMP_GEMM / BWD_DATA_ALGO_1 instead of
    * timing the algorithms; W2L_CUDA_DEBUG=1 prints each op's algorithm and output range */
-  int nofuse, fixed_algo, debug;
+  int nofuse, fixed_algo, debug, nograph, timing, profile;
+  cudaEvent_t ev[W2L_MAX_OPS + 1]; /* W2L_CUDA_TIMING */
 } cstate;
 
 static int cuda_err(cudaError_t e, const char *what) {
@@ -110,6 +152,8 @@ static int dnn_err(cudnnStatus_t s, const char *what) {
   } while (0)
 
 static void free_plan(cplan *p) {
+  for (int i = 0; i < W2L_IO_COUNT; i++)
+    if (p->graph[i]) cudaGraphExecDestroy(p->graph[i]);
   for (int i = 0; i < W2L_MAX_OPS; i++) {
     if (p->ops[i].x) cudnnDestroyTensorDescriptor(p->ops[i].x);
     if (p->ops[i].y) cudnnDestroyTensorDescriptor(p->ops[i].y);
@@ -147,6 +191,8 @@ static void cuda_destroy(void *state) {
   cudaFreeHost(s->h_in);
   cudaFreeHost(s->h_out);
   cudaFree(s->ws);
+  for (int i = 0; i <= W2L_MAX_OPS; i++)
+    if (s->ev[i]) cudaEventDestroy(s->ev[i]);
   if (s->relu) cudnnDestroyActivationDescriptor(s->relu);
   if (s->h) cudnnDestroy(s->h);
   if (s->st) cudaStreamDestroy(s->st);
@@ -158,36 +204,39 @@ static void cuda_destroy(void *state) {
  * may return before its DMA is done, and nothing would order it before the conversion kernel. */
 static int upload(cstate *s, const float *src, size_t n, void **dst, float *tmp) {
   CU(cudaMalloc(dst, n * s->esz), "weights");
-  CU(cudaMemcpyAsync(s->half ? (void *)tmp : *dst, src, n * sizeof(float), cudaMemcpyHostToDevice,
+  int half = s->dtype != W2L_DT_F32;
+  CU(cudaMemcpyAsync(half ? (void *)tmp : *dst, src, n * sizeof(float), cudaMemcpyHostToDevice,
                      s->st),
      "upload");
-  if (s->half) CU((cudaError_t)w2l_cuda_f32_to_f16(tmp, *dst, n, s->st), "fp16 conversion");
+  if (half) CU((cudaError_t)w2l_cuda_f32_to(tmp, *dst, n, s->dtype, s->st), "weight conversion");
   CU(cudaStreamSynchronize(s->st), "upload");
   return FC_OK;
 }
 
-static int setup_layer(cstate *s, const w2l_layer *l, clayer *c, float *host, float *tmp) {
+/* cpad: input channels as stored on the device (>= the layer's; the extra weights are zero) */
+static int setup_layer(cstate *s, const w2l_layer *l, clayer *c, int cpad, float *host, float *tmp) {
   int K = l->kind == W2L_CONVT ? l->cin : l->cout, C = l->kind == W2L_CONVT ? l->cout : l->cin;
-  int R = l->kh, S = l->kw;
+  int R = l->kh, S = l->kw, CS = cpad > C ? cpad : C;
   /* PyTorch [K][C][R][S] (Conv2d: K = cout; ConvTranspose2d [cin][cout]: K = cin) -> KRSC */
   for (int k = 0; k < K; k++)
-    for (int ci = 0; ci < C; ci++)
+    for (int ci = 0; ci < CS; ci++)
       for (int r = 0; r < R; r++)
         for (int q = 0; q < S; q++)
-          host[(((size_t)k * R + r) * S + q) * C + ci] = l->w[(((size_t)k * C + ci) * R + r) * S + q];
-  int err = upload(s, host, (size_t)K * C * R * S, &c->w, tmp);
+          host[(((size_t)k * R + r) * S + q) * CS + ci] =
+              ci < C ? l->w[(((size_t)k * C + ci) * R + r) * S + q] : 0.0f;
+  int err = upload(s, host, (size_t)K * CS * R * S, &c->w, tmp);
   if (err) return err;
   CU(cudaMalloc((void **)&c->b32, (size_t)l->cout * sizeof(float)), "bias");
   CU(cudaMemcpyAsync(c->b32, l->b, (size_t)l->cout * sizeof(float), cudaMemcpyHostToDevice, s->st),
      "bias");
   CU(cudaStreamSynchronize(s->st), "bias");
-  if (s->half) {
+  if (s->dtype != W2L_DT_F32) {
     if ((err = upload(s, l->b, (size_t)l->cout, &c->bdt, tmp))) return err;
   } else {
     c->bdt = c->b32;
   }
   DNN(cudnnCreateFilterDescriptor(&c->wd), "filter");
-  DNN(cudnnSetFilter4dDescriptor(c->wd, s->dt, CUDNN_TENSOR_NHWC, K, C, R, S), "filter");
+  DNN(cudnnSetFilter4dDescriptor(c->wd, s->dt, CUDNN_TENSOR_NHWC, K, CS, R, S), "filter");
   DNN(cudnnCreateConvolutionDescriptor(&c->cd), "conv");
   DNN(cudnnSetConvolution2dDescriptor(c->cd, l->ph, l->pw, l->sh, l->sw, 1, 1,
                                       CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
@@ -201,7 +250,20 @@ static int setup_layer(cstate *s, const w2l_layer *l, clayer *c, float *host, fl
   return FC_OK;
 }
 
+/* Samples the device memory this model holds (after each step that allocates). */
+static void note_memory(cstate *s) {
+  size_t fr = 0, total = 0;
+  if (cudaMemGetInfo(&fr, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return;
+  }
+  if (fr < s->free0 && s->free0 - fr > s->peak) s->peak = s->free0 - fr;
+}
+
+static size_t cuda_device_bytes(void *state) { return ((cstate *)state)->peak; }
+
 static int create_inner(cstate *s, const fc_w2l *m) {
+  const char *ev;
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n <= 0) {
@@ -212,6 +274,9 @@ static int create_inner(cstate *s, const fc_w2l *m) {
   if (s->dev >= n)
     return fc_error_set(FC_EUNSUPPORTED, "wav2lip: no CUDA device %d (%d present)", s->dev, n);
   CU(cudaSetDevice(s->dev), "cudaSetDevice");
+  CU(cudaFree(NULL), "CUDA context"); /* create the context first: it is not ours to count */
+  size_t total = 0;
+  CU(cudaMemGetInfo(&s->free0, &total), "cudaMemGetInfo");
   CU(cudaStreamCreateWithFlags(&s->st, cudaStreamNonBlocking), "stream");
   DNN(cudnnCreate(&s->h), "cudnnCreate");
   DNN(cudnnSetStream(s->h, s->st), "cudnnSetStream");
@@ -222,9 +287,11 @@ static int create_inner(cstate *s, const fc_w2l *m) {
   size_t maxw = 0;
   for (int i = 0; i < m->nlayers; i++) {
     const w2l_layer *l = &m->layers[i];
-    size_t nw = (size_t)l->cin * l->cout * l->kh * l->kw;
+    size_t nw = (size_t)(l->cin > FACE_CP ? l->cin : FACE_CP) * l->cout * l->kh * l->kw;
     if (nw > maxw) maxw = nw;
   }
+  for (int i = 0; i < m->nops; i++)
+    if (m->ops[i].in == m->t_face) s->face_op = i;
   float *host = malloc(maxw * sizeof(float)), *tmp = NULL;
   if (!host) return FC_ENOMEM;
   int err = FC_OK;
@@ -232,7 +299,8 @@ static int create_inner(cstate *s, const fc_w2l *m) {
   if (e != cudaSuccess) err = cuda_err(e, "weights");
   for (int i = 0; !err && i < m->nlayers; i++) {
     s->nlayers = i + 1;
-    err = setup_layer(s, &m->layers[i], &s->layers[i], host, tmp);
+    err = setup_layer(s, &m->layers[i], &s->layers[i],
+                      i == m->ops[s->face_op].layer ? FACE_CP : 0, host, tmp);
   }
   free(host);
   cudaFree(tmp);
@@ -245,14 +313,59 @@ static int create_inner(cstate *s, const fc_w2l *m) {
     CU(cudaMalloc(&s->slots[i], bytes ? bytes : 16), "activation buffers");
     CU(cudaMemsetAsync(s->slots[i], 0, bytes ? bytes : 16, s->st), "activation buffers");
   }
-  size_t in = (size_t)m->max_batch * (FC_W2L_FACE_C * FC_W2L_FACE * FC_W2L_FACE +
-                                      FC_W2L_MEL_H * FC_W2L_MEL_W);
-  size_t out = (size_t)m->max_batch * FC_W2L_OUT_C * FC_W2L_FACE * FC_W2L_FACE;
-  CU(cudaMalloc((void **)&s->d_in, in * sizeof(float)), "staging");
-  CU(cudaMalloc((void **)&s->d_out, out * sizeof(float)), "staging");
-  CU(cudaMallocHost((void **)&s->h_in, in * sizeof(float)), "pinned staging");
-  CU(cudaMallocHost((void **)&s->h_out, out * sizeof(float)), "pinned staging");
+  size_t fbytes = (size_t)m->max_batch * FC_W2L_FACE * FC_W2L_FACE * FACE_CP * s->esz;
+  CU(cudaMalloc(&s->face, fbytes), "activation buffers");
+  CU(cudaMemsetAsync(s->face, 0, fbytes, s->st), "activation buffers"); /* channels 6, 7 stay 0 */
+  /* the last layer runs in w2l_cuda_head (fused with the sigmoid and output conversion) */
+  const w2l_layer *last = &m->layers[m->ops[m->nops - 1].layer];
+  if (m->ops[m->nops - 1].kind != W2L_OP_CONV || last->kh != 1 || last->kw != 1 ||
+      last->cout != FC_W2L_OUT_C || last->relu)
+    return fc_error_set(FC_EINVAL, "wav2lip cuda: unexpected last layer");
+  CU(cudaMalloc((void **)&s->head_w, (size_t)3 * last->cin * sizeof(float)), "weights");
+  CU(cudaMemcpyAsync(s->head_w, last->w, (size_t)3 * last->cin * sizeof(float),
+                     cudaMemcpyHostToDevice, s->st),
+     "weights");
+  s->mel_off = (size_t)m->max_batch * FC_W2L_FACE_C * FC_W2L_FACE * FC_W2L_FACE * sizeof(float);
+  size_t in = s->mel_off + (size_t)m->max_batch * FC_W2L_MEL_H * FC_W2L_MEL_W * sizeof(float);
+  size_t out = (size_t)m->max_batch * FC_W2L_OUT_C * FC_W2L_FACE * FC_W2L_FACE * sizeof(float);
+  CU(cudaMalloc((void **)&s->d_in, in), "staging");
+  CU(cudaMalloc(&s->d_out, out), "staging");
+  CU(cudaMallocHost((void **)&s->h_in, in), "pinned staging");
+  CU(cudaMallocHost(&s->h_out, out), "pinned staging");
+  for (int i = 0; s->timing && i <= m->nops; i++) CU(cudaEventCreate(&s->ev[i]), "events");
+  /* the audio encoder's ops: a contiguous range that only the decoder after it reads */
+  s->audio_first = s->audio_last = -1;
+  for (int i = 0; i < m->nops; i++)
+    if (m->ops[i].kind == W2L_OP_CONV && strncmp(m->layers[m->ops[i].layer].name, "audio_encoder.", 14) == 0) {
+      if (s->audio_first < 0) s->audio_first = i;
+      s->audio_last = i;
+    }
+  /* the lane needs a chain (each op reads the previous one's output) to ping-pong */
+  size_t amax = 0;
+  for (int i = s->audio_first; i >= 0 && i <= s->audio_last; i++) {
+    const w2l_tensor *t = &m->tensors[m->ops[i].out];
+    if (m->ops[i].kind != W2L_OP_CONV || (i > s->audio_first && m->ops[i].in != m->ops[i - 1].out))
+      s->audio_first = s->audio_last = -1;
+    else if ((size_t)t->h * t->w * t->c > amax)
+      amax = (size_t)t->h * t->w * t->c;
+  }
+  if (s->timing || s->debug || ((ev = getenv("W2L_CUDA_ONELANE")) && atoi(ev) > 0))
+    s->audio_first = s->audio_last = -1; /* per-op timing and debugging want one ordered lane */
+  for (int t = 0; t < m->ntensors; t++) s->tp[t] = s->slots[m->tensors[t].slot];
+  s->tp[m->t_face] = s->face;
+  if (s->audio_first >= 0) {
+    CU(cudaStreamCreateWithFlags(&s->st2, cudaStreamNonBlocking), "stream");
+    DNN(cudnnCreate(&s->h2), "cudnnCreate");
+    DNN(cudnnSetStream(s->h2, s->st2), "cudnnSetStream");
+    CU(cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming), "events");
+    CU(cudaEventCreateWithFlags(&s->join, cudaEventDisableTiming), "events");
+    for (int k = 0; k < 2; k++)
+      CU(cudaMalloc(&s->abuf[k], amax * (size_t)m->max_batch * s->esz), "activation buffers");
+    for (int i = s->audio_first; i <= s->audio_last; i++)
+      s->tp[m->ops[i].out] = s->abuf[(i - s->audio_first) & 1];
+  }
   CU(cudaStreamSynchronize(s->st), "activation buffers");
+  note_memory(s);
   return FC_OK;
 }
 
@@ -260,13 +373,18 @@ static int cuda_create(const fc_w2l *m, void **state) {
   cstate *s = calloc(1, sizeof *s);
   if (!s) return FC_ENOMEM;
   s->dev = m->cuda_device;
-  s->half = m->fp16;
-  s->esz = s->half ? 2 : 4;
-  s->dt = s->half ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+  s->dtype = m->dtype;
+  s->esz = s->dtype == W2L_DT_F32 ? 4 : 2;
+  s->dt = s->dtype == W2L_DT_F16    ? CUDNN_DATA_HALF
+          : s->dtype == W2L_DT_BF16 ? CUDNN_DATA_BFLOAT16
+                                    : CUDNN_DATA_FLOAT;
   const char *ev;
   s->nofuse = (ev = getenv("W2L_CUDA_NOFUSE")) && atoi(ev) > 0;
   s->fixed_algo = (ev = getenv("W2L_CUDA_FIXED_ALGO")) && atoi(ev) > 0;
   s->debug = (ev = getenv("W2L_CUDA_DEBUG")) && atoi(ev) > 0;
+  s->timing = (ev = getenv("W2L_CUDA_TIMING")) && atoi(ev) > 0;
+  s->profile = (ev = getenv("W2L_CUDA_PROFILE")) && atoi(ev) > 0;
+  s->nograph = s->debug || s->timing || ((ev = getenv("W2L_CUDA_NOGRAPH")) && atoi(ev) > 0);
   int err = create_inner(s, m);
   if (err) {
     cuda_destroy(s);
@@ -276,17 +394,24 @@ static int cuda_create(const fc_w2l *m, void **state) {
   return FC_OK;
 }
 
-static int tensor_desc(cstate *s, cudnnTensorDescriptor_t *d, const w2l_tensor *t, int batch) {
+static int tensor_desc(cstate *s, cudnnTensorDescriptor_t *d, const w2l_tensor *t, int batch,
+                       int c) {
   DNN(cudnnCreateTensorDescriptor(d), "tensor");
-  DNN(cudnnSetTensor4dDescriptor(*d, CUDNN_TENSOR_NHWC, s->dt, batch, t->c, t->h, t->w), "tensor");
+  DNN(cudnnSetTensor4dDescriptor(*d, CUDNN_TENSOR_NHWC, s->dt, batch, c, t->h, t->w), "tensor");
   return FC_OK;
 }
 
 static int grow_ws(cstate *s, size_t need) {
   if (need <= s->ws_size) return FC_OK;
+  /* the graphs captured so far name the old workspace: drop them, the next call recaptures */
+  for (cplan *p = s->plans; p; p = p->next)
+    for (int i = 0; i < W2L_IO_COUNT; i++)
+      if (p->graph[i]) cudaGraphExecDestroy(p->graph[i]), p->graph[i] = NULL;
   cudaFree(s->ws);
-  s->ws = NULL, s->ws_size = 0;
+  cudaFree(s->ws2);
+  s->ws = s->ws2 = NULL, s->ws_size = 0;
   CU(cudaMalloc(&s->ws, need), "workspace");
+  if (s->st2) CU(cudaMalloc(&s->ws2, need), "workspace");
   s->ws_size = need;
   return FC_OK;
 }
@@ -294,20 +419,23 @@ static int grow_ws(cstate *s, size_t need) {
 static int build_plan(cstate *s, const fc_w2l *m, cplan *p) {
   for (int i = 0; i < m->nops; i++) {
     const w2l_op *o = &m->ops[i];
-    if (o->kind != W2L_OP_CONV) continue;
+    if (o->kind != W2L_OP_CONV || i == m->nops - 1) continue; /* the last one: w2l_cuda_head */
     const w2l_layer *l = &m->layers[o->layer];
     clayer *c = &s->layers[o->layer];
     cop *po = &p->ops[i];
     int err;
-    if ((err = tensor_desc(s, &po->x, &m->tensors[o->in], p->batch))) return err;
-    if ((err = tensor_desc(s, &po->y, &m->tensors[o->out], p->batch))) return err;
-    DNN(cudnnSetConvolutionMathType(c->cd, s->half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
+    const w2l_tensor *ti = &m->tensors[o->in], *to = &m->tensors[o->out];
+    if ((err = tensor_desc(s, &po->x, ti, p->batch, o->in == m->t_face ? FACE_CP : ti->c)))
+      return err;
+    if ((err = tensor_desc(s, &po->y, to, p->batch, to->c))) return err;
+    int half = s->dtype != W2L_DT_F32;
+    DNN(cudnnSetConvolutionMathType(c->cd, half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
         "math type");
     int got = 0, best = -1;
     size_t mem = 0;
     if (s->fixed_algo) {
       best = 0;
-      po->math = s->half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+      po->math = half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
       if (l->kind == W2L_CONV) {
         po->algo = (int)CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
         DNN(cudnnGetConvolutionForwardWorkspaceSize(s->h, po->x, c->wd, c->cd, po->y,
@@ -353,6 +481,13 @@ static float half_to_float(uint16_t h) {
   return h & 0x8000 ? -v : v;
 }
 
+static float bf16_to_float(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float v;
+  memcpy(&v, &u, sizeof v);
+  return v;
+}
+
 /* W2L_CUDA_DEBUG: the output range of op i (allocates; a diagnostic only) */
 static void debug_op(cstate *s, const fc_w2l *m, int i, int batch) {
   const w2l_op *o = &m->ops[i];
@@ -360,7 +495,7 @@ static void debug_op(cstate *s, const fc_w2l *m, int i, int batch) {
   size_t n = (size_t)batch * t->h * t->w * t->c;
   void *h = malloc(n * s->esz);
   if (!h || cudaStreamSynchronize(s->st) != cudaSuccess ||
-      cudaMemcpy(h, s->slots[t->slot], n * s->esz, cudaMemcpyDeviceToHost) != cudaSuccess) {
+      cudaMemcpy(h, s->tp[o->out], n * s->esz, cudaMemcpyDeviceToHost) != cudaSuccess) {
     fprintf(stderr, "w2l cuda: op %d: debug download failed\n", i);
     free(h);
     return;
@@ -368,7 +503,9 @@ static void debug_op(cstate *s, const fc_w2l *m, int i, int batch) {
   double mx = 0, sum = 0;
   size_t bad = 0;
   for (size_t k = 0; k < n; k++) {
-    float v = s->half ? half_to_float(((uint16_t *)h)[k]) : ((float *)h)[k];
+    float v = s->dtype == W2L_DT_F16    ? half_to_float(((uint16_t *)h)[k])
+              : s->dtype == W2L_DT_BF16 ? bf16_to_float(((uint16_t *)h)[k])
+                                        : ((float *)h)[k];
     if (!isfinite(v)) bad++;
     else mx = fmax(mx, fabs(v)), sum += fabs(v);
   }
@@ -394,6 +531,7 @@ static int cuda_prepare(void *state, const fc_w2l *m, int batch) {
   }
   p->next = s->plans;
   s->plans = p;
+  note_memory(s);
   return FC_OK;
 }
 
@@ -403,86 +541,196 @@ static cplan *find_plan(cstate *s, int batch) {
   return NULL;
 }
 
-static int run_conv(cstate *s, const fc_w2l *m, const w2l_op *o, const cop *po, int batch) {
+static int run_conv(cstate *s, const fc_w2l *m, const w2l_op *o, const cop *po, int batch,
+                    int lane2) {
+  cudnnHandle_t h = lane2 ? s->h2 : s->h;
+  cudaStream_t st = lane2 ? s->st2 : s->st;
+  void *ws = lane2 ? s->ws2 : s->ws;
   const w2l_layer *l = &m->layers[o->layer];
   clayer *c = &s->layers[o->layer];
   const w2l_tensor *to = &m->tensors[o->out];
-  void *x = s->slots[m->tensors[o->in].slot], *y = s->slots[to->slot];
+  void *x = s->tp[o->in], *y = s->tp[o->out];
   const float one = 1.f, zero = 0.f;
   /* fp32: FMA only, whatever Find reported (the default math type may allow TF32) */
-  DNN(cudnnSetConvolutionMathType(c->cd, s->half ? po->math : CUDNN_FMA_MATH), "math type");
+  DNN(cudnnSetConvolutionMathType(c->cd, s->dtype != W2L_DT_F32 ? po->math : CUDNN_FMA_MATH),
+      "math type");
   if (l->kind == W2L_CONVT) {
-    DNN(cudnnConvolutionBackwardData(s->h, &one, c->wd, c->w, po->x, x, c->cd,
-                                     (cudnnConvolutionBwdDataAlgo_t)po->algo, s->ws, s->ws_size,
+    DNN(cudnnConvolutionBackwardData(h, &one, c->wd, c->w, po->x, x, c->cd,
+                                     (cudnnConvolutionBwdDataAlgo_t)po->algo, ws, s->ws_size,
                                      &zero, po->y, y),
         l->name);
   } else {
     while (c->fused >= 0) {
       const float a2 = l->residual ? 1.f : 0.f;
       int f32b = c->fused == 2;
-      cudnnStatus_t st = cudnnConvolutionBiasActivationForward(
-          s->h, &one, po->x, x, c->wd, c->w, c->cd, (cudnnConvolutionFwdAlgo_t)po->algo, s->ws,
+      cudnnStatus_t rc = cudnnConvolutionBiasActivationForward(
+          h, &one, po->x, x, c->wd, c->w, c->cd, (cudnnConvolutionFwdAlgo_t)po->algo, ws,
           s->ws_size, &a2, po->y, l->residual ? x : y, f32b ? c->bd_f32 : c->bd_dt,
           f32b ? (void *)c->b32 : c->bdt, s->relu, po->y, y);
-      if (st == CUDNN_STATUS_SUCCESS) {
+      if (rc == CUDNN_STATUS_SUCCESS) {
         if (c->fused == 0) c->fused = 1;
         return FC_OK;
       }
       /* refused: try the fp32 bias (fp16 data), then give up fusing this layer */
-      c->fused = c->fused == 0 && s->half ? 2 : -1;
+      c->fused = c->fused == 0 && s->dtype != W2L_DT_F32 ? 2 : -1;
     }
-    DNN(cudnnConvolutionForward(s->h, &one, po->x, x, c->wd, c->w, c->cd,
-                                (cudnnConvolutionFwdAlgo_t)po->algo, s->ws, s->ws_size, &zero,
+    DNN(cudnnConvolutionForward(h, &one, po->x, x, c->wd, c->w, c->cd,
+                                (cudnnConvolutionFwdAlgo_t)po->algo, ws, s->ws_size, &zero,
                                 po->y, y),
         l->name);
   }
   size_t npix = (size_t)batch * to->h * to->w;
   CU((cudaError_t)w2l_cuda_bias_act(y, c->b32, l->residual ? x : NULL, npix, to->c, l->relu,
-                                    s->half, s->st),
+                                    s->dtype, st),
      "bias kernel");
   return FC_OK;
 }
 
-static int cuda_infer(void *state, const fc_w2l *m, const float *mel, const float *faces,
-                      float *out, int batch) {
-  cstate *s = state;
-  cplan *p = find_plan(s, batch);
-  if (!p) return fc_error_set(FC_EINVAL, "wav2lip cuda: batch %d not prepared", batch);
-  const int P = FC_W2L_FACE * FC_W2L_FACE;
-  size_t nface = (size_t)batch * FC_W2L_FACE_C * P, nmel = (size_t)batch * FC_W2L_MEL_H * FC_W2L_MEL_W;
-  size_t nout = (size_t)batch * FC_W2L_OUT_C * P;
-  memcpy(s->h_in, faces, nface * sizeof(float));
-  memcpy(s->h_in + nface, mel, nmel * sizeof(float));
-  CU(cudaMemcpyAsync(s->d_in, s->h_in, (nface + nmel) * sizeof(float), cudaMemcpyHostToDevice,
-                     s->st),
-     "upload");
-  CU((cudaError_t)w2l_cuda_nchw_to_nhwc(s->d_in, s->slots[m->tensors[m->t_face].slot], batch,
-                                        FC_W2L_FACE_C, P, s->half, s->st),
-     "input kernel");
-  CU((cudaError_t)w2l_cuda_nchw_to_nhwc(s->d_in + nface, s->slots[m->tensors[m->t_mel].slot], batch,
-                                        1, FC_W2L_MEL_H * FC_W2L_MEL_W, s->half, s->st),
-     "input kernel");
+/* W2L_CUDA_TIMING: each op's time of the pass just synchronised, one line per op. */
+static void print_timing(cstate *s, const fc_w2l *m, int batch) {
+  float total = 0;
   for (int i = 0; i < m->nops; i++) {
     const w2l_op *o = &m->ops[i];
-    int err;
+    const w2l_tensor *t = &m->tensors[o->out];
+    float ms = 0;
+    cudaEventElapsedTime(&ms, s->ev[i], s->ev[i + 1]);
+    total += ms;
+    double gflop = 0;
     if (o->kind == W2L_OP_CONV) {
-      if ((err = run_conv(s, m, o, &p->ops[i], batch))) return err;
+      const w2l_layer *l = &m->layers[o->layer];
+      const w2l_tensor *sp = l->kind == W2L_CONVT ? &m->tensors[o->in] : t;
+      gflop = 2.0 * batch * sp->h * sp->w * l->cin * l->cout * l->kh * l->kw / 1e9;
+    }
+    const char *name = i == m->nops - 1             ? "head (+sigmoid, output)"
+                       : o->kind == W2L_OP_CONV ? m->layers[o->layer].name
+                                                : "concat";
+    fprintf(stderr, "w2l timing: batch %d op %2d %-28s %3dx%-3d c%-4d fused %2d %8.4f ms %7.1f TFLOP/s\n",
+            batch, i, name, t->h, t->w,
+            t->c, o->kind == W2L_OP_CONV ? s->layers[o->layer].fused : 0, ms,
+            ms > 0 ? gflop / ms : 0);
+  }
+  fprintf(stderr, "w2l timing: batch %d total %.4f ms (%.0f frames/s)\n", batch, total,
+          batch * 1000.0 / total);
+}
+
+/* Enqueues one pass for io (no host-side copies; the staging buffers hold the inputs). */
+static int enqueue(cstate *s, const fc_w2l *m, const cplan *p, int io, int batch) {
+  const int P = FC_W2L_FACE * FC_W2L_FACE;
+  size_t nface = (size_t)batch * FC_W2L_FACE_C * P, nmel = (size_t)batch * FC_W2L_MEL_H * FC_W2L_MEL_W;
+  size_t ncrop = (size_t)batch * 3 * P, nout = (size_t)batch * FC_W2L_OUT_C * P;
+  void *face = s->face;
+  if (io != W2L_IO_RESIDENT) {
+    size_t fbytes = io == W2L_IO_U8 ? ncrop : nface * sizeof(float);
+    CU(cudaMemcpyAsync(s->d_in, s->h_in, fbytes, cudaMemcpyHostToDevice, s->st), "upload");
+    CU(cudaMemcpyAsync(s->d_in + s->mel_off, s->h_in + s->mel_off, nmel * sizeof(float),
+                       cudaMemcpyHostToDevice, s->st),
+       "upload");
+    if (io == W2L_IO_U8)
+      CU((cudaError_t)w2l_cuda_crops_to_input((const uint8_t *)s->d_in, face, FACE_CP, batch,
+                                              FC_W2L_FACE, s->dtype, s->st),
+         "input kernel");
+    else
+      CU((cudaError_t)w2l_cuda_nchw_to_nhwc((const float *)s->d_in, face, FACE_CP, batch,
+                                            FC_W2L_FACE_C, P, s->dtype, s->st),
+         "input kernel");
+  }
+  /* fork: the second lane starts once the inputs are on the device */
+  int two = s->audio_first >= 0;
+  if (two) {
+    CU(cudaEventRecord(s->fork, s->st), "fork");
+    CU(cudaStreamWaitEvent(s->st2, s->fork, 0), "fork");
+  }
+  if (io != W2L_IO_RESIDENT)
+    CU((cudaError_t)w2l_cuda_nchw_to_nhwc((const float *)(s->d_in + s->mel_off),
+                                          s->tp[m->t_mel], 1, batch, 1,
+                                          FC_W2L_MEL_H * FC_W2L_MEL_W, s->dtype,
+                                          two ? s->st2 : s->st),
+       "input kernel");
+  for (int i = 0; i < m->nops - 1; i++) { /* the last one is the head, below */
+    const w2l_op *o = &m->ops[i];
+    int err;
+    if (s->timing) cudaEventRecord(s->ev[i], s->st);
+    int lane2 = two && i >= s->audio_first && i <= s->audio_last;
+    if (two && i == s->audio_last + 1) { /* join before the first op after the audio encoder */
+      CU(cudaEventRecord(s->join, s->st2), "join");
+      CU(cudaStreamWaitEvent(s->st, s->join, 0), "join");
+    }
+    if (o->kind == W2L_OP_CONV) {
+      if ((err = run_conv(s, m, o, &p->ops[i], batch, lane2))) return err;
     } else {
       const w2l_tensor *a = &m->tensors[o->in], *b = &m->tensors[o->in2];
-      CU((cudaError_t)w2l_cuda_concat(s->slots[a->slot], a->c, s->slots[b->slot], b->c,
-                                      s->slots[m->tensors[o->out].slot],
-                                      (size_t)batch * a->h * a->w, s->half, s->st),
+      CU((cudaError_t)w2l_cuda_concat(s->tp[o->in], a->c, s->tp[o->in2], b->c, s->tp[o->out],
+                                      (size_t)batch * a->h * a->w, s->dtype, s->st),
          "concat kernel");
     }
     if (s->debug) debug_op(s, m, i, batch);
   }
-  CU((cudaError_t)w2l_cuda_sigmoid_nhwc_to_nchw(s->slots[m->tensors[m->t_logits].slot], s->d_out,
-                                                batch, FC_W2L_OUT_C, P, s->half, s->st),
+  /* head: the last 1x1 conv + sigmoid + output conversion; resident runs write bytes too */
+  const w2l_op *last = &m->ops[m->nops - 1];
+  if (s->timing) cudaEventRecord(s->ev[m->nops - 1], s->st);
+  CU((cudaError_t)w2l_cuda_head(s->tp[last->in], m->layers[last->layer].cin,
+                                s->head_w, s->layers[last->layer].b32,
+                                io == W2L_IO_F32 ? s->d_out : NULL,
+                                io == W2L_IO_F32 ? NULL : s->d_out, batch, P, s->dtype, s->st),
      "output kernel");
-  CU(cudaMemcpyAsync(s->h_out, s->d_out, nout * sizeof(float), cudaMemcpyDeviceToHost, s->st),
+  if (s->timing) cudaEventRecord(s->ev[m->nops], s->st);
+  if (io == W2L_IO_RESIDENT) return FC_OK;
+  CU(cudaMemcpyAsync(s->h_out, s->d_out, io == W2L_IO_U8 ? ncrop : nout * sizeof(float),
+                     cudaMemcpyDeviceToHost, s->st),
      "download");
+  return FC_OK;
+}
+
+/* Captures enqueue(io) as a graph. Failing is not an error: the kind stays eager. */
+static void capture(cstate *s, const fc_w2l *m, cplan *p, int io, int batch) {
+  cudaGraph_t g = NULL;
+  if (cudaStreamBeginCapture(s->st, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+    cudaGetLastError();
+    p->nograph[io] = 1;
+    return;
+  }
+  int err = enqueue(s, m, p, io, batch);
+  cudaError_t e = cudaStreamEndCapture(s->st, &g);
+  if (!err && e == cudaSuccess) e = cudaGraphInstantiate(&p->graph[io], g, 0);
+  if (g) cudaGraphDestroy(g);
+  if (err || e != cudaSuccess) {
+    if (s->debug || getenv("W2L_CUDA_VERBOSE"))
+      fprintf(stderr, "w2l cuda: batch %d: no graph (%s)\n", batch,
+              err ? fc_error_detail(err) : cudaGetErrorString(e));
+    cudaGetLastError();
+    p->graph[io] = NULL;
+    p->nograph[io] = 1;
+  }
+  note_memory(s);
+}
+
+static int cuda_infer(void *state, const fc_w2l *m, int io, const float *mel, const void *in,
+                      void *out, int batch) {
+  cstate *s = state;
+  cplan *p = find_plan(s, batch);
+  if (!p) return fc_error_set(FC_EINVAL, "wav2lip cuda: batch %d not prepared", batch);
+  const int P = FC_W2L_FACE * FC_W2L_FACE;
+  size_t nmel = (size_t)batch * FC_W2L_MEL_H * FC_W2L_MEL_W;
+  size_t inb = io == W2L_IO_U8 ? (size_t)batch * 3 * P : (size_t)batch * FC_W2L_FACE_C * P * 4;
+  size_t outb = io == W2L_IO_U8 ? (size_t)batch * 3 * P : (size_t)batch * FC_W2L_OUT_C * P * 4;
+  if (io != W2L_IO_RESIDENT) {
+    memcpy(s->h_in, in, inb);
+    memcpy(s->h_in + s->mel_off, mel, nmel * sizeof(float));
+  }
+  if (p->warm && !s->nograph && !p->graph[io] && !p->nograph[io]) capture(s, m, p, io, batch);
+  int profile = s->profile == 1 && io == W2L_IO_RESIDENT;
+  if (profile) s->profile = 2, cudaProfilerStart();
+  if (p->graph[io]) {
+    CU(cudaGraphLaunch(p->graph[io], s->st), "graph launch");
+  } else {
+    int err = enqueue(s, m, p, io, batch);
+    if (err) return err;
+  }
   CU(cudaStreamSynchronize(s->st), "infer");
-  memcpy(out, s->h_out, nout * sizeof(float));
+  if (profile) cudaProfilerStop();
+  if (s->timing && !p->graph[io] && ++p->passes == 3) print_timing(s, m, batch);
+  p->warm = 1;
+  if (io != W2L_IO_RESIDENT) memcpy(out, s->h_out, outb);
   return FC_OK;
 }
 
@@ -490,5 +738,5 @@ static int cuda_run_op(void *state, const fc_w2l *m, int op, int batch) {
   return fc_error_set(FC_EUNSUPPORTED, "wav2lip cuda: runs whole batches only");
 }
 
-const w2l_backend fc_w2l_backend_cudnn = {"cuda", cuda_create, cuda_destroy, cuda_prepare,
-                                          cuda_run_op, cuda_infer};
+const w2l_backend fc_w2l_backend_cudnn = {"cuda",      cuda_create, cuda_destroy,     cuda_prepare,
+                                          cuda_run_op, cuda_infer,  cuda_device_bytes};

@@ -410,9 +410,13 @@ fc_w2l *fc_w2l_load(const char *path, const fc_w2l_params *p, int *err_out) {
   }
   int cuda_device = 0;
   if ((err = parse_device(p->device, &be, &cuda_device))) goto fail;
-  if (p->fp16 && !be->infer) {
-    err = fc_error_set(FC_EUNSUPPORTED, "wav2lip: fp16 needs a cuda device ('%s' computes in fp32)",
-                       p->device ? p->device : "cpu");
+  if (p->dtype < FC_W2L_FP32 || p->dtype > FC_W2L_BF16) {
+    err = fc_error_set(FC_EINVAL, "wav2lip: unknown dtype %d", p->dtype);
+    goto fail;
+  }
+  if (p->dtype != FC_W2L_FP32 && !be->infer) {
+    err = fc_error_set(FC_EUNSUPPORTED, "wav2lip: %s needs a cuda device ('%s' computes in fp32)",
+                       p->dtype == FC_W2L_FP16 ? "fp16" : "bf16", p->device ? p->device : "cpu");
     goto fail;
   }
   if (p->max_batch < 0 || p->max_batch > 4096 || p->threads < 0 || p->threads > 4096) {
@@ -426,7 +430,7 @@ fc_w2l *fc_w2l_load(const char *path, const fc_w2l_params *p, int *err_out) {
   if (!(m = calloc(1, sizeof *m)) || !(b = calloc(1, sizeof *b))) goto fail;
   m->max_batch = p->max_batch ? p->max_batch : 16;
   m->threads = p->threads;
-  m->fp16 = p->fp16 != 0;
+  m->dtype = p->dtype;
   m->cuda_device = cuda_device;
   int nt = fc_checkpoint_count(ck);
   if (!(pr.used = calloc((size_t)nt + 1, 1))) goto fail;
@@ -515,30 +519,54 @@ long long fc_w2l_macs_per_frame(const fc_w2l *m) {
   return macs;
 }
 
-int fc_w2l_infer_tap(fc_w2l *m, const float *mel, const float *faces, float *out, int batch,
-                     fc_w2l_tap_fn tap, void *user) {
-  if (!m || !mel || !faces || !out)
+/* Host side of the u8 path for backends without infer(): the six NHWC input channels from RGB
+ * bytes, and bytes from the logits (the cuda backend does both in w2l_kernels.cu). */
+static void crops_to_nhwc(const unsigned char *crops, float *dst, int batch) {
+  const int F = FC_W2L_FACE;
+  for (size_t i = 0; i < (size_t)batch * F * F; i++) {
+    const unsigned char *px = crops + i * 3;
+    float r = px[0] / 255.0f, g = px[1] / 255.0f, b = px[2] / 255.0f;
+    int upper = (int)((i / F) % F) < F / 2;
+    float *o = dst + i * FC_W2L_FACE_C;
+    o[0] = upper ? b : 0, o[1] = upper ? g : 0, o[2] = upper ? r : 0;
+    o[3] = b, o[4] = g, o[5] = r;
+  }
+}
+
+static int run(fc_w2l *m, int io, const float *mel, const void *in, void *out, int batch,
+               fc_w2l_tap_fn tap, void *user) {
+  if (!m || (io != W2L_IO_RESIDENT && (!mel || !in || !out)))
     return fc_error_set(FC_EINVAL, "wav2lip: infer needs a model and mel, faces, out buffers");
   if (batch < 1 || batch > m->max_batch)
     return fc_error_set(FC_EINVAL, "wav2lip: batch %d out of range 1..%d (max_batch)", batch,
                         m->max_batch);
+  if (io == W2L_IO_RESIDENT && !m->warm)
+    return fc_error_set(FC_EINVAL, "wav2lip: run_resident before any infer call");
   int err = m->be->prepare(m->bstate, m, batch);
   if (err) return err;
   if (m->be->infer) {
     if (tap) return fc_error_set(FC_EUNSUPPORTED, "wav2lip: device %s has no layer taps", m->be->name);
-    return m->be->infer(m->bstate, m, mel, faces, out, batch);
+    err = m->be->infer(m->bstate, m, io, mel, in, out, batch);
+    if (!err && io != W2L_IO_RESIDENT) m->warm = 1;
+    return err;
   }
 
   /* inputs: mel has one channel, so NCHW and NHWC are the same bytes; faces are transposed */
   const int F = FC_W2L_FACE, C = FC_W2L_FACE_C, P = F * F;
-  memcpy(m->slots[m->tensors[m->t_mel].slot], mel,
-         (size_t)batch * FC_W2L_MEL_H * FC_W2L_MEL_W * sizeof(float));
   float *fx = m->slots[m->tensors[m->t_face].slot];
-  for (int n = 0; n < batch; n++) {
-    const float *src = faces + (size_t)n * C * P;
-    float *dst = fx + (size_t)n * C * P;
-    for (int i = 0; i < P; i++)
-      for (int c = 0; c < C; c++) dst[(size_t)i * C + c] = src[(size_t)c * P + i];
+  if (io != W2L_IO_RESIDENT)
+    memcpy(m->slots[m->tensors[m->t_mel].slot], mel,
+           (size_t)batch * FC_W2L_MEL_H * FC_W2L_MEL_W * sizeof(float));
+  if (io == W2L_IO_U8) {
+    crops_to_nhwc(in, fx, batch);
+  } else if (io == W2L_IO_F32) {
+    const float *faces = in;
+    for (int n = 0; n < batch; n++) {
+      const float *src = faces + (size_t)n * C * P;
+      float *dst = fx + (size_t)n * C * P;
+      for (int i = 0; i < P; i++)
+        for (int c = 0; c < C; c++) dst[(size_t)i * C + c] = src[(size_t)c * P + i];
+    }
   }
 
   for (int i = 0; i < m->nops; i++) {
@@ -546,19 +574,48 @@ int fc_w2l_infer_tap(fc_w2l *m, const float *mel, const float *faces, float *out
     const w2l_tensor *t = &m->tensors[m->ops[i].out];
     if (tap && t->tap[0]) tap(t->tap, m->slots[t->slot], batch, t->h, t->w, t->c, user);
   }
+  if (io != W2L_IO_RESIDENT) m->warm = 1;
 
-  /* output: NHWC logits -> NCHW sigmoid */
+  /* output: NHWC logits -> NCHW sigmoid, or RGB bytes */
   const float *lg = m->slots[m->tensors[m->t_logits].slot];
   const int K = FC_W2L_OUT_C;
-  for (int n = 0; n < batch; n++) {
-    const float *src = lg + (size_t)n * K * P;
-    float *dst = out + (size_t)n * K * P;
-    for (int i = 0; i < P; i++)
-      for (int c = 0; c < K; c++) dst[(size_t)c * P + i] = 1.0f / (1.0f + expf(-src[(size_t)i * K + c]));
+  if (io == W2L_IO_U8) {
+    unsigned char *o8 = out;
+    for (size_t i = 0; i < (size_t)batch * P; i++)
+      for (int c = 0; c < K; c++) {
+        float v = 255.0f / (1.0f + expf(-lg[i * K + (2 - c)]));
+        o8[i * K + c] = (unsigned char)lrintf(v < 0 ? 0 : v > 255 ? 255 : v);
+      }
+  } else if (io == W2L_IO_F32) {
+    float *of = out;
+    for (int n = 0; n < batch; n++) {
+      const float *src = lg + (size_t)n * K * P;
+      float *dst = of + (size_t)n * K * P;
+      for (int i = 0; i < P; i++)
+        for (int c = 0; c < K; c++) dst[(size_t)c * P + i] = 1.0f / (1.0f + expf(-src[(size_t)i * K + c]));
+    }
   }
   return FC_OK;
 }
 
+int fc_w2l_infer_tap(fc_w2l *m, const float *mel, const float *faces, float *out, int batch,
+                     fc_w2l_tap_fn tap, void *user) {
+  return run(m, W2L_IO_F32, mel, faces, out, batch, tap, user);
+}
+
 int fc_w2l_infer(fc_w2l *m, const float *mel, const float *faces, float *out, int batch) {
-  return fc_w2l_infer_tap(m, mel, faces, out, batch, NULL, NULL);
+  return run(m, W2L_IO_F32, mel, faces, out, batch, NULL, NULL);
+}
+
+int fc_w2l_infer_u8(fc_w2l *m, const float *mel, const unsigned char *crops, unsigned char *out,
+                    int batch) {
+  return run(m, W2L_IO_U8, mel, crops, out, batch, NULL, NULL);
+}
+
+int fc_w2l_run_resident(fc_w2l *m, int batch) {
+  return run(m, W2L_IO_RESIDENT, NULL, NULL, NULL, batch, NULL, NULL);
+}
+
+size_t fc_w2l_device_bytes(const fc_w2l *m) {
+  return m && m->be && m->be->device_bytes ? m->be->device_bytes(m->bstate) : 0;
 }

@@ -63,7 +63,8 @@ struct fc_w2l {
   size_t *slot_floats;  /* per-sample capacity */
   int nslots;
   int max_batch, threads;
-  int fp16;        /* the backend computes in fp16 (cuda only) */
+  int dtype;       /* FC_W2L_FP32 / FP16 / BF16 (16-bit types: cuda only) */
+  int warm;        /* an infer call has filled the inputs (fc_w2l_run_resident) */
   int cuda_device; /* N of "cuda:N" */
   const w2l_backend *be;
   void *bstate;
@@ -78,13 +79,20 @@ struct w2l_backend {
   void (*destroy)(void *state);
   int (*prepare)(void *state, const fc_w2l *m, int batch);
   int (*run_op)(void *state, const fc_w2l *m, int op, int batch);
-  /* Optional: runs the whole batch itself (NCHW in and out, sigmoid included) after prepare(),
-   * instead of the run_op loop. A backend with it keeps its tensors elsewhere: model.c then
-   * plans the slots (slot_floats, tensors[].slot) but allocates no host slots (slots[i] NULL),
-   * and the tap debug hook is not available (FC_EUNSUPPORTED). */
-  int (*infer)(void *state, const fc_w2l *m, const float *mel, const float *faces, float *out,
+  /* Optional: runs the whole batch itself (inputs to outputs, sigmoid included) after
+   * prepare(), instead of the run_op loop; io says what in and out are (W2L_IO_*). A backend
+   * with it keeps its tensors elsewhere: model.c then plans the slots (slot_floats,
+   * tensors[].slot) but allocates no host slots (slots[i] NULL), and the tap debug hook is not
+   * available (FC_EUNSUPPORTED). */
+  int (*infer)(void *state, const fc_w2l *m, int io, const float *mel, const void *in, void *out,
                int batch);
+  /* Optional: device memory held at the peak so far (fc_w2l_device_bytes). */
+  size_t (*device_bytes)(void *state);
 };
+
+/* What infer() moves: float NCHW tensors (in = faces, out = sigmoid output), RGB byte crops
+ * (fc_w2l_infer_u8), or nothing (fc_w2l_run_resident: the inputs already on the device). */
+enum { W2L_IO_F32, W2L_IO_U8, W2L_IO_RESIDENT, W2L_IO_COUNT };
 
 extern const w2l_backend fc_w2l_backend_ref;
 extern const w2l_backend fc_w2l_backend_dnnl;

@@ -1,37 +1,46 @@
-/* The Wav2Lip "cuda" backend's own kernels (see w2l_cuda.h): layout conversion at the edges,
- * the bias/residual/ReLU epilogue where cuDNN's fused call is not used, channel concatenation
- * and the output sigmoid. Plain grid-stride element-wise kernels: all memory-bound and small next
- * to the convolutions. */
+/* The Wav2Lip "cuda" backend's own kernels (see w2l_cuda.h): layout and type conversion at the
+ * edges (float tensors or RGB bytes in and out), the bias/residual/ReLU epilogue where cuDNN's
+ * fused call is not used, channel concatenation, and the last layer fused with the sigmoid and
+ * the output conversion. 16-bit element types go 8 to a 16-byte load where channel counts allow. Plain grid-stride
+ * element-wise kernels, all memory-bound; 32-bit index arithmetic where the tensor allows it
+ * (64-bit division is several times slower and these kernels are all index arithmetic). */
 #include "lipsync/wav2lip/w2l_cuda.h"
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 namespace {
 
 __device__ __forceinline__ float ld(const float *p, size_t i) { return p[i]; }
 __device__ __forceinline__ float ld(const __half *p, size_t i) { return __half2float(p[i]); }
+__device__ __forceinline__ float ld(const __nv_bfloat16 *p, size_t i) {
+  return __bfloat162float(p[i]);
+}
 __device__ __forceinline__ void st(float *p, size_t i, float v) { p[i] = v; }
 __device__ __forceinline__ void st(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
+__device__ __forceinline__ void st(__nv_bfloat16 *p, size_t i, float v) {
+  p[i] = __float2bfloat16_rn(v);
+}
 
-#define GRID_STRIDE(i, n)                                                                         \
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                        \
-       i += (size_t)gridDim.x * blockDim.x)
+#define GRID_STRIDE(I, i, n)                                                                      \
+  for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < (I)(n); i += (I)gridDim.x * blockDim.x)
 
-template <typename T>
-__global__ void k_nchw_to_nhwc(const float *src, T *dst, int c, int hw, size_t total) {
-  GRID_STRIDE(i, total) {
-    size_t ch = i % c, rest = i / c, p = rest % hw, n = rest / hw;
-    st(dst, i, src[(n * c + ch) * hw + p]);
+template <typename T, typename I>
+__global__ void k_nchw_to_nhwc(const float *src, T *dst, int cdst, int c, int hw, I total) {
+  GRID_STRIDE(I, i, total) {
+    I ch = i % c, rest = i / c, p = rest % hw, n = rest / hw;
+    st(dst, rest * cdst + ch, src[(n * c + ch) * hw + p]);
   }
 }
 
-__global__ void k_f32_to_f16(const float *src, __half *dst, size_t total) {
-  GRID_STRIDE(i, total) dst[i] = __float2half_rn(src[i]);
+template <typename T> __global__ void k_f32_to(const float *src, T *dst, size_t total) {
+  GRID_STRIDE(size_t, i, total) st(dst, i, src[i]);
 }
 
-template <typename T>
-__global__ void k_bias_act(T *y, const float *bias, const T *z, int c, int relu, size_t total) {
-  GRID_STRIDE(i, total) {
+template <typename T, typename I>
+__global__ void k_bias_act(T *y, const float *__restrict__ bias, const T *z, int c, int relu,
+                           I total) {
+  GRID_STRIDE(I, i, total) {
     float v = ld(y, i) + bias[i % c];
     if (z) v += ld(z, i);
     if (relu) v = fmaxf(v, 0.f);
@@ -39,21 +48,101 @@ __global__ void k_bias_act(T *y, const float *bias, const T *z, int c, int relu,
   }
 }
 
-template <typename T>
-__global__ void k_concat(const T *a, int ca, const T *b, int cb, T *out, size_t total) {
-  int c = ca + cb;
-  GRID_STRIDE(i, total) {
-    size_t ch = i % c, p = i / c;
-    out[i] = ch < (size_t)ca ? a[p * ca + ch] : b[p * cb + (ch - ca)];
+/* The same with V elements per thread through 16-byte loads and stores (c % V == 0). */
+template <typename T, int V>
+__global__ void k_bias_act_vec(uint4 *y, const float *__restrict__ bias, const uint4 *z, int c,
+                               int relu, unsigned nvec) {
+  GRID_STRIDE(unsigned, i, nvec) {
+    union { uint4 u; T t[V]; } a, b;
+    a.u = y[i];
+    if (z) b.u = z[i];
+    int ch = (int)((i * V) % c);
+    for (int k = 0; k < V; k++) {
+      float v = ld(a.t, k) + bias[ch + k];
+      if (z) v += ld(b.t, k);
+      if (relu) v = fmaxf(v, 0.f);
+      st(a.t, k, v);
+    }
+    y[i] = a.u;
   }
 }
 
-template <typename T>
-__global__ void k_sigmoid(const T *lg, float *out, int c, int hw, size_t total) {
-  GRID_STRIDE(i, total) { /* i indexes the NCHW output */
-    size_t p = i % hw, rest = i / hw, ch = rest % c, n = rest / c;
-    float v = ld(lg, (n * hw + p) * c + ch);
-    out[i] = 1.f / (1.f + __expf(-v));
+/* concat as a copy of 16-byte units: a pixel's ua units from a, then ub from b */
+__global__ void k_concat_vec(const uint4 *a, int ua, const uint4 *b, int ub, uint4 *out,
+                             unsigned total) {
+  int u = ua + ub;
+  GRID_STRIDE(unsigned, i, total) {
+    unsigned k = i % u, p = i / u;
+    out[i] = k < (unsigned)ua ? a[p * ua + k] : b[p * ub + (k - ua)];
+  }
+}
+
+/* The last layer (1x1 conv, cin -> 3, no activation) fused with the sigmoid and the output
+ * conversion: per pixel three dot products over cin channels (weights [3][cin] fp32, in shared
+ * memory), then NCHW floats (out8 == NULL) or RGB bytes. */
+template <typename T, typename I>
+__global__ void k_head(const T *x, int cin, const float *w, const float *bias, float *outf,
+                       uint8_t *out8, int hw, I total) {
+  extern __shared__ float sw[];
+  for (int k = threadIdx.x; k < 3 * cin + 3; k += blockDim.x) sw[k] = k < 3 * cin ? w[k] : bias[k - 3 * cin];
+  __syncthreads();
+  constexpr int V = 16 / sizeof(T); /* elements per 16-byte load */
+  const bool vec = cin % V == 0;    /* every pixel then starts 16-byte aligned */
+  GRID_STRIDE(I, i, total) { /* i indexes pixels */
+    float acc[3] = {sw[3 * cin], sw[3 * cin + 1], sw[3 * cin + 2]};
+    const T *px = x + i * cin;
+    if (vec) {
+      for (int k0 = 0; k0 < cin; k0 += V) {
+        union { uint4 u; T t[V]; } a;
+        a.u = *(const uint4 *)(px + k0);
+        for (int j = 0; j < V; j++) {
+          float v = ld(a.t, j);
+          int k = k0 + j;
+          acc[0] += sw[k] * v, acc[1] += sw[cin + k] * v, acc[2] += sw[2 * cin + k] * v;
+        }
+      }
+    } else {
+      for (int k = 0; k < cin; k++) {
+        float v = ld(px, k);
+        acc[0] += sw[k] * v, acc[1] += sw[cin + k] * v, acc[2] += sw[2 * cin + k] * v;
+      }
+    }
+    for (int c = 0; c < 3; c++) { /* acc is BGR */
+      float sg = 1.f / (1.f + __expf(-acc[c]));
+      if (out8) {
+        out8[i * 3 + (2 - c)] = (uint8_t)__float2int_rn(fminf(fmaxf(255.f * sg, 0.f), 255.f));
+      } else {
+        I n = i / hw, p = i % hw;
+        outf[(n * 3 + c) * hw + p] = sg;
+      }
+    }
+  }
+}
+
+template <typename T, typename I>
+__global__ void k_concat(const T *a, int ca, const T *b, int cb, T *out, I total) {
+  int c = ca + cb;
+  GRID_STRIDE(I, i, total) {
+    I ch = i % c, p = i / c;
+    out[i] = ch < (I)ca ? a[p * ca + ch] : b[p * cb + (ch - ca)];
+  }
+}
+
+/* one thread per pixel: 3 bytes in, 6 channels out */
+template <typename T, typename I>
+__global__ void k_crops(const uint8_t *crops, T *dst, int cdst, int side, I total) {
+  const float k = 1.f / 255.f;
+  GRID_STRIDE(I, i, total) {
+    const uint8_t *px = crops + i * 3;
+    float r = px[0] * k, g = px[1] * k, b = px[2] * k;
+    int upper = (int)((i / side) % side) < side / 2;
+    T *o = dst + i * cdst;
+    st(o, 0, upper ? b : 0.f);
+    st(o, 1, upper ? g : 0.f);
+    st(o, 2, upper ? r : 0.f);
+    st(o, 3, b);
+    st(o, 4, g);
+    st(o, 5, r);
   }
 }
 
@@ -62,47 +151,94 @@ unsigned blocks(size_t total) {
   return (unsigned)(b < 65535 * 8 ? (b ? b : 1) : 65535 * 8);
 }
 
+/* Launches K<T, I> with the element type dt and 32-bit indices where total fits. */
+#define LAUNCH(K, dt, total, s, ...)                                                              \
+  do {                                                                                            \
+    unsigned nb_ = blocks(total);                                                                 \
+    bool small_ = (total) < (1u << 31);                                                           \
+    if ((dt) == W2L_DT_F16) {                                                                     \
+      typedef __half T;                                                                           \
+      if (small_) K<T, unsigned><<<nb_, 256, 0, s>>>(__VA_ARGS__, (unsigned)(total));             \
+      else K<T, size_t><<<nb_, 256, 0, s>>>(__VA_ARGS__, (size_t)(total));                        \
+    } else if ((dt) == W2L_DT_BF16) {                                                             \
+      typedef __nv_bfloat16 T;                                                                    \
+      if (small_) K<T, unsigned><<<nb_, 256, 0, s>>>(__VA_ARGS__, (unsigned)(total));             \
+      else K<T, size_t><<<nb_, 256, 0, s>>>(__VA_ARGS__, (size_t)(total));                        \
+    } else {                                                                                      \
+      typedef float T;                                                                            \
+      if (small_) K<T, unsigned><<<nb_, 256, 0, s>>>(__VA_ARGS__, (unsigned)(total));             \
+      else K<T, size_t><<<nb_, 256, 0, s>>>(__VA_ARGS__, (size_t)(total));                        \
+    }                                                                                             \
+  } while (0)
+
 } // namespace
 
-extern "C" int w2l_cuda_nchw_to_nhwc(const float *src, void *dst, int n, int c, int hw, int half,
-                                     cudaStream_t s) {
+extern "C" int w2l_cuda_nchw_to_nhwc(const float *src, void *dst, int cdst, int n, int c, int hw,
+                                     int dt, cudaStream_t s) {
   size_t total = (size_t)n * c * hw;
-  if (half) k_nchw_to_nhwc<<<blocks(total), 256, 0, s>>>(src, (__half *)dst, c, hw, total);
-  else k_nchw_to_nhwc<<<blocks(total), 256, 0, s>>>(src, (float *)dst, c, hw, total);
+  LAUNCH(k_nchw_to_nhwc, dt, total, s, src, (T *)dst, cdst, c, hw);
   return (int)cudaGetLastError();
 }
 
-extern "C" int w2l_cuda_f32_to_f16(const float *src, void *dst, size_t count, cudaStream_t s) {
-  k_f32_to_f16<<<blocks(count), 256, 0, s>>>(src, (__half *)dst, count);
+extern "C" int w2l_cuda_f32_to(const float *src, void *dst, size_t count, int dt,
+                               cudaStream_t s) {
+  if (dt == W2L_DT_F16) k_f32_to<<<blocks(count), 256, 0, s>>>(src, (__half *)dst, count);
+  else if (dt == W2L_DT_BF16)
+    k_f32_to<<<blocks(count), 256, 0, s>>>(src, (__nv_bfloat16 *)dst, count);
+  else k_f32_to<<<blocks(count), 256, 0, s>>>(src, (float *)dst, count);
   return (int)cudaGetLastError();
 }
 
 extern "C" int w2l_cuda_bias_act(void *y, const float *bias, const void *z, size_t npix, int c,
-                                 int relu, int half, cudaStream_t s) {
+                                 int relu, int dt, cudaStream_t s) {
   size_t total = npix * c;
-  if (half)
-    k_bias_act<<<blocks(total), 256, 0, s>>>((__half *)y, bias, (const __half *)z, c, relu, total);
-  else
-    k_bias_act<<<blocks(total), 256, 0, s>>>((float *)y, bias, (const float *)z, c, relu, total);
+  int v = dt == W2L_DT_F32 ? 4 : 8; /* elements per 16 bytes */
+  if (c % v == 0 && total / v < (1u << 31)) {
+    unsigned nvec = (unsigned)(total / v);
+    if (dt == W2L_DT_F16)
+      k_bias_act_vec<__half, 8><<<blocks(nvec), 256, 0, s>>>((uint4 *)y, bias, (const uint4 *)z, c, relu, nvec);
+    else if (dt == W2L_DT_BF16)
+      k_bias_act_vec<__nv_bfloat16, 8>
+          <<<blocks(nvec), 256, 0, s>>>((uint4 *)y, bias, (const uint4 *)z, c, relu, nvec);
+    else k_bias_act_vec<float, 4><<<blocks(nvec), 256, 0, s>>>((uint4 *)y, bias, (const uint4 *)z, c, relu, nvec);
+    return (int)cudaGetLastError();
+  }
+  LAUNCH(k_bias_act, dt, total, s, (T *)y, bias, (const T *)z, c, relu);
   return (int)cudaGetLastError();
 }
 
 extern "C" int w2l_cuda_concat(const void *a, int ca, const void *b, int cb, void *out,
-                               size_t npix, int half, cudaStream_t s) {
-  size_t total = npix * (ca + cb);
-  if (half)
-    k_concat<<<blocks(total), 256, 0, s>>>((const __half *)a, ca, (const __half *)b, cb,
-                                           (__half *)out, total);
-  else
-    k_concat<<<blocks(total), 256, 0, s>>>((const float *)a, ca, (const float *)b, cb,
-                                           (float *)out, total);
+                               size_t npix, int dt, cudaStream_t s) {
+  size_t total = npix * (ca + cb), esz = dt == W2L_DT_F32 ? 4 : 2;
+  if ((ca * esz) % 16 == 0 && (cb * esz) % 16 == 0 && total * esz / 16 < (1u << 31)) {
+    int ua = (int)(ca * esz / 16), ub = (int)(cb * esz / 16);
+    unsigned nu = (unsigned)(npix * (ua + ub));
+    k_concat_vec<<<blocks(nu), 256, 0, s>>>((const uint4 *)a, ua, (const uint4 *)b, ub,
+                                            (uint4 *)out, nu);
+    return (int)cudaGetLastError();
+  }
+  LAUNCH(k_concat, dt, total, s, (const T *)a, ca, (const T *)b, cb, (T *)out);
   return (int)cudaGetLastError();
 }
 
-extern "C" int w2l_cuda_sigmoid_nhwc_to_nchw(const void *logits, float *out, int n, int c, int hw,
-                                             int half, cudaStream_t s) {
-  size_t total = (size_t)n * c * hw;
-  if (half) k_sigmoid<<<blocks(total), 256, 0, s>>>((const __half *)logits, out, c, hw, total);
-  else k_sigmoid<<<blocks(total), 256, 0, s>>>((const float *)logits, out, c, hw, total);
+extern "C" int w2l_cuda_crops_to_input(const uint8_t *crops, void *dst, int cdst, int n,
+                                       int side, int dt, cudaStream_t s) {
+  size_t total = (size_t)n * side * side;
+  LAUNCH(k_crops, dt, total, s, crops, (T *)dst, cdst, side);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int w2l_cuda_head(const void *x, int cin, const float *w, const float *bias, float *outf,
+                             uint8_t *out8, int n, int hw, int dt, cudaStream_t s) {
+  size_t total = (size_t)n * hw;
+  size_t shm = (size_t)(3 * cin + 3) * sizeof(float);
+  unsigned nb = blocks(total);
+  if (dt == W2L_DT_F16)
+    k_head<__half, unsigned><<<nb, 256, shm, s>>>((const __half *)x, cin, w, bias, outf, out8, hw, (unsigned)total);
+  else if (dt == W2L_DT_BF16)
+    k_head<__nv_bfloat16, unsigned>
+        <<<nb, 256, shm, s>>>((const __nv_bfloat16 *)x, cin, w, bias, outf, out8, hw, (unsigned)total);
+  else
+    k_head<float, unsigned><<<nb, 256, shm, s>>>((const float *)x, cin, w, bias, outf, out8, hw, (unsigned)total);
   return (int)cudaGetLastError();
 }
