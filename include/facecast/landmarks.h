@@ -1,0 +1,60 @@
+/* 68-point face landmarks: dlib's shape_predictor_68_face_landmarks.dat (Debian's libdlib-data)
+ * read and evaluated by facecast's own code (an ensemble of regression trees, exactly as dlib
+ * 19.24 evaluates it, so points match dlib's for the same box), plus the mapping from the Haar
+ * detector's face box to the box dlib's model was trained on.
+ *
+ * Point order is dlib's (iBUG 300-W): 0–16 jaw, 17–26 brows, 27–35 nose, 36–47 eyes, 48–59
+ * outer lips, 60–67 inner lips. The model is immutable after loading: fc_shape_predict() may
+ * run on several threads at once. */
+#ifndef FACECAST_LANDMARKS_H
+#define FACECAST_LANDMARKS_H
+
+#include "facecast/image.h"
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FC_LANDMARKS 68
+
+typedef struct fc_point {
+  float x, y;
+} fc_point;
+
+typedef struct fc_shape_model fc_shape_model;
+
+/* $FACECAST_SHAPE_MODEL if set, else /usr/share/dlib/shape_predictor_68_face_landmarks.dat. */
+const char *fc_shape_model_default_path(void);
+
+/* Loads a dlib shape predictor file. NULL with *err set: FC_ENOTFOUND / FC_EIO (file),
+ * FC_EFORMAT (truncated, foreign or inconsistent: the detail names what and where),
+ * FC_ENOMEM. */
+fc_shape_model *fc_shape_model_load(const char *path, int *err);
+void fc_shape_model_destroy(fc_shape_model *m);
+
+/* dlib's face rectangle: inclusive corners. */
+typedef struct fc_dlib_box {
+  int l, t, r, b;
+} fc_dlib_box;
+
+/* The box dlib's HOG detector would give for a face that the Haar detector
+ * (haarcascade_frontalface_default, as fc_haar_detect finds it) boxed as `haar`: the model's
+ * points depend on the box, and it was trained on HOG boxes. */
+fc_dlib_box fc_dlib_box_from_haar(fc_rect haar);
+
+/* Predicts the 68 points of the face in box on an 8-bit grey image; pts in pixels, rounded as
+ * dlib rounds them (whole numbers). Returns 0 or FC_EINVAL (NULL pointers, empty image or a
+ * degenerate box). Pixels outside the image read as 0, as in dlib. */
+int fc_shape_predict(const fc_shape_model *m, const uint8_t *gray, int w, int h, int stride,
+                     fc_dlib_box box, fc_point pts[FC_LANDMARKS]);
+
+/* dlib's grey conversion of an RGB image: (R + G + B) / 3, integer division. dst is w×h with
+ * stride w. */
+void fc_rgb_to_gray_dlib(const fc_image *src, uint8_t *dst);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
