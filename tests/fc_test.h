@@ -75,6 +75,30 @@ static inline void fc_test_rmtree(const char *dir) {
   rmdir(dir);
 }
 
+/* A whole file in a malloc'd buffer (NULL if it cannot be read); its length in *n. */
+static inline unsigned char *fc_test_read_file(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  unsigned char *b = NULL;
+  long len = -1;
+  if (f && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0)
+    b = malloc(len > 0 ? (size_t)len : 1);
+  if (b && fread(b, 1, (size_t)len, f) != (size_t)len) {
+    free(b);
+    b = NULL;
+  }
+  if (f) fclose(f);
+  *n = b ? (size_t)len : 0;
+  return b;
+}
+
+/* Writes n bytes as the whole file; 1 on success. */
+static inline int fc_test_write_file(const char *path, const void *data, size_t n) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return 0;
+  int ok = fwrite(data, 1, n, f) == n;
+  return fclose(f) == 0 && ok;
+}
+
 #define FC_TEST_EXIT() return fc_test_failed_ ? 1 : 0
 
 #endif
