@@ -49,8 +49,19 @@ const char *fc_avatar_default_path(void);
 /* Builds an avatar from a photo. Errors: those of fc_image_load, FC_ENOFACE when no face is
  * found, FC_EINVAL for a bad size; each with a detail. */
 fc_avatar *fc_avatar_create_from_image(const char *path, const fc_avatar_params *p, int *err);
+/* Opens an avatar pack made by the studio (studio.h): a path to a .fcpack file, or an avatar
+ * id looked up in fc_avatar_dir(). The pack's I420 frames are used in place (its pages are
+ * shared by every session and process); the mouth geometry comes from its landmarks. Frames
+ * play in a ping-pong loop. Errors: FC_ENOTFOUND, FC_EFORMAT (corrupt pack), FC_EINVAL,
+ * FC_EUNSUPPORTED (too large for memory), FC_ENOMEM; each with a detail. */
+fc_avatar *fc_avatar_open_pack(const char *path_or_id, int *err);
+/* Whether an --avatar argument names a pack (a .fcpack file, or a bare id such as "anna")
+ * rather than a photo (any other file name). */
+int fc_avatar_is_pack_ref(const char *s);
 void fc_avatar_destroy(fc_avatar *av);
 
+/* The pack's avatar id, or "default" for an avatar made from a photo. */
+const char *fc_avatar_id(const fc_avatar *av);
 int fc_avatar_width(const fc_avatar *av);
 int fc_avatar_height(const fc_avatar *av);
 int fc_avatar_frame_count(const fc_avatar *av);

@@ -1,7 +1,7 @@
 /* Compositing: a lip-sync patch pasted into its avatar frame, output as I420 for the encoder.
  *
- * The avatar keeps every frame in I420 already, so composing copies that frame and converts only
- * the patch rectangle (blended with its feathered mask over the frame's RGB) with libyuv. */
+ * The avatar keeps every frame in I420 already, so composing copies that frame, converts only
+ * the patch rectangle to I420 (libyuv) and blends it in with its feathered mask. */
 #ifndef FACECAST_COMPOSE_H
 #define FACECAST_COMPOSE_H
 
@@ -13,7 +13,7 @@ extern "C" {
 
 /* Writes avatar frame `frame` with `patch` blended in (patch may be NULL: the plain frame) into
  * dst (contiguous I420, width*height*3/2 bytes). scratch holds at least
- * patch->place.w × place.h × 3 bytes. The patch rect must lie inside the frame with even x, y,
+ * patch->place.w × place.h × 3 / 2 bytes. The patch rect must lie inside the frame with even x, y,
  * w, h; otherwise FC_EINVAL and dst holds the plain frame. */
 int fc_compose_i420(const fc_avatar *av, int frame, const fc_patch *patch, uint8_t *dst,
                     uint8_t *scratch);

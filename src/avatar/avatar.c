@@ -11,6 +11,8 @@
 #include "facecast/avatar.h"
 #include "facecast/error.h"
 #include "facecast/haar.h"
+#include "facecast/pack.h"
+#include "facecast/studio.h"
 
 #include <libyuv.h>
 #include <math.h>
@@ -22,7 +24,8 @@
 struct fc_avatar {
   int w, h, n_frames;
   fc_image *frames;
-  uint8_t **i420;
+  uint8_t **i420; /* owned, or pointers into pack's mapping */
+  fc_pack *pack;  /* an avatar opened from a pack (fc_avatar_open_pack) */
   fc_rect *faces;
   fc_mouth_geom *mouths;
   fc_rect source_face;
@@ -212,7 +215,8 @@ static fc_rect frame_crop(const fc_image *src, fc_rect face, const fc_avatar_par
 void fc_avatar_destroy(fc_avatar *av) {
   if (!av) return;
   for (int i = 0; av->frames && i < av->n_frames; i++) fc_image_free(&av->frames[i]);
-  for (int i = 0; av->i420 && i < av->n_frames; i++) free(av->i420[i]);
+  for (int i = 0; !av->pack && av->i420 && i < av->n_frames; i++) free(av->i420[i]);
+  fc_pack_close(av->pack);
   free(av->frames);
   free(av->i420);
   free(av->faces);
@@ -294,6 +298,86 @@ fail:
   fc_avatar_destroy(av);
   *err = e;
   return NULL;
+}
+
+/* Mouth geometry from the 68 landmarks: the lips' meeting line is the middle of the inner lips
+ * (60–67), the corners are 48 and 54, the rest opening is the inner lips' gap. */
+static void mouth_from_landmarks(const fc_point *p, fc_rect box, fc_mouth_geom *m) {
+  float top = (p[61].y + p[62].y + p[63].y) / 3, bot = (p[65].y + p[66].y + p[67].y) / 3;
+  m->cx = (p[48].x + p[54].x) / 2;
+  m->cy = (top + bot) / 2;
+  m->half_w = (p[54].x - p[48].x) / 2;
+  if (m->half_w < 2) m->half_w = 2;
+  m->curve = (p[48].y + p[54].y) / 2 - m->cy;
+  m->rest_gap = bot - top > 0 ? bot - top : 0;
+  m->face_h = (float)box.h;
+}
+
+int fc_avatar_is_pack_ref(const char *s) {
+  size_t n = s ? strlen(s) : 0;
+  return (n > 7 && strcmp(s + n - 7, ".fcpack") == 0) || fc_avatar_id_valid(s);
+}
+
+fc_avatar *fc_avatar_open_pack(const char *path_or_id, int *err) {
+  char path[4096];
+  fc_avatar *av = NULL;
+  int e = FC_OK;
+  if (!path_or_id || !*path_or_id) {
+    e = fc_error_set(FC_EINVAL, "no avatar given");
+    goto fail;
+  }
+  if (strchr(path_or_id, '/') || strstr(path_or_id, ".fcpack"))
+    snprintf(path, sizeof path, "%s", path_or_id);
+  else if (fc_avatar_id_valid(path_or_id))
+    snprintf(path, sizeof path, "%.4000s/%s.fcpack", fc_avatar_dir(), path_or_id);
+  else {
+    e = fc_error_set(FC_EINVAL, "avatar '%s': not an avatar id or a .fcpack file", path_or_id);
+    goto fail;
+  }
+  if (!(av = calloc(1, sizeof *av))) goto oom;
+  if (!(av->pack = fc_pack_open(path, &e))) {
+    if (e == FC_ENOTFOUND && !strchr(path_or_id, '/'))
+      e = fc_error_set(FC_ENOTFOUND, "avatar '%s' not found (facecast avatar list)", path_or_id);
+    goto fail;
+  }
+  const fc_pack_info *in = fc_pack_get_info(av->pack);
+  /* The frames' RGB (for the lip-sync backends) is made here, privately: bound it. */
+  if ((double)in->frames * in->width * in->height * 3 > 2.0 * 1024 * 1024 * 1024) {
+    e = fc_error_set(FC_EUNSUPPORTED, "avatar '%s': %d frames of %dx%d is more than this version "
+                     "holds in memory (2 GiB of RGB); use a shorter or smaller video", path_or_id,
+                     in->frames, in->width, in->height);
+    goto fail;
+  }
+  av->w = in->width, av->h = in->height, av->n_frames = in->frames;
+  av->frames = calloc((size_t)av->n_frames, sizeof *av->frames);
+  av->i420 = calloc((size_t)av->n_frames, sizeof *av->i420);
+  av->faces = calloc((size_t)av->n_frames, sizeof *av->faces);
+  av->mouths = calloc((size_t)av->n_frames, sizeof *av->mouths);
+  if (!av->frames || !av->i420 || !av->faces || !av->mouths) goto oom;
+  size_t ysz = (size_t)av->w * av->h;
+  for (int i = 0; i < av->n_frames; i++) {
+    fc_pack_frame f;
+    if ((e = fc_pack_get_frame(av->pack, i, &f))) goto fail;
+    av->i420[i] = (uint8_t *)f.i420; /* read-only mapping: never written through */
+    if ((e = fc_image_alloc(&av->frames[i], av->w, av->h))) goto fail;
+    I420ToRAW(f.i420, av->w, f.i420 + ysz, av->w / 2, f.i420 + ysz + ysz / 4, av->w / 2,
+              av->frames[i].rgb, av->frames[i].stride, av->w, av->h);
+    av->faces[i] = f.box;
+    mouth_from_landmarks(f.landmarks, f.box, &av->mouths[i]);
+  }
+  av->source_face = av->faces[0];
+  *err = FC_OK;
+  return av;
+oom:
+  e = fc_error_set(FC_ENOMEM, "out of memory");
+fail:
+  fc_avatar_destroy(av);
+  *err = e;
+  return NULL;
+}
+
+const char *fc_avatar_id(const fc_avatar *av) {
+  return av->pack ? fc_pack_get_info(av->pack)->id : "default";
 }
 
 int fc_avatar_width(const fc_avatar *av) { return av->w; }

@@ -13,8 +13,9 @@ static void usage(FILE *f) {
         "commands:\n"
         "  serve    real-time talking sessions in the browser (WebRTC), LiveTalking's API\n"
         "  render   speech (text or WAV) + portrait -> lip-synced MP4\n"
-        "  bench    measure speed (bench render)\n"
+        "  bench    measure speed (bench render|serve|model)\n"
         "  wav2lip  run the Wav2Lip network on .npy tensors (wav2lip infer)\n"
+        "  avatar   prepare avatars from a video or photo (avatar create|list|show)\n"
         "\n"
         "Run 'facecast <command> --help' for the options of a command.\n",
         f);
@@ -59,6 +60,7 @@ fc_avatar *fc_cli_load_avatar(const char *path, int w, int h, const char *framin
     *err = fc_error_set(FC_EINVAL, "--framing '%s': expected auto, head or full", framing);
     return NULL;
   }
+  if (path && fc_avatar_is_pack_ref(path)) return fc_avatar_open_pack(path, err);
   /* The default avatar is a small face in a large photo: always frame head and shoulders. */
   if (!path) {
     path = fc_avatar_default_path();
@@ -83,6 +85,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "render") == 0) return fc_cmd_render(argc - 1, argv + 1);
   if (strcmp(cmd, "bench") == 0) return fc_cmd_bench(argc - 1, argv + 1);
   if (strcmp(cmd, "wav2lip") == 0) return fc_cmd_wav2lip(argc - 1, argv + 1);
+  if (strcmp(cmd, "avatar") == 0) return fc_cmd_avatar(argc - 1, argv + 1);
   if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
     usage(stdout);
     return FC_EXIT_OK;

@@ -1,9 +1,16 @@
-/* CPU compositor (see compose.h): frame copy + blend of the patch rect + RAW(RGB)→I420. */
+/* CPU compositor (see compose.h): frame copy, then the patch rect converted to I420 (libyuv)
+ * and blended into the frame's planes. Blending in YUV equals blending in RGB (the conversion
+ * is affine) up to rounding and the 2×2 chroma subsampling of the mask, and needs no RGB copy of
+ * the frame, so avatars kept only as I420 (memory-mapped packs) compose the same way. */
 #include "facecast/compose.h"
 #include "facecast/error.h"
 
 #include <libyuv.h>
 #include <string.h>
+
+static inline uint8_t mix(unsigned p, unsigned b, unsigned a) {
+  return (uint8_t)((p * a + b * (255 - a) + 127) / 255);
+}
 
 int fc_compose_i420(const fc_avatar *av, int frame, const fc_patch *patch, uint8_t *dst,
                     uint8_t *scratch) {
@@ -16,19 +23,26 @@ int fc_compose_i420(const fc_avatar *av, int frame, const fc_patch *patch, uint8
   if (r.x < 0 || r.y < 0 || r.x + r.w > w || r.y + r.h > h || (r.x | r.y | r.w | r.h) & 1)
     return fc_error_set(FC_EINVAL, "patch %dx%d+%d+%d outside the %dx%d frame or odd", r.w, r.h,
                         r.x, r.y, w, h);
-  const fc_image *base = fc_avatar_frame(av, frame);
+  /* the patch as I420 in scratch: Y r.w×r.h, then U, V (r.w/2)×(r.h/2) */
+  uint8_t *py = scratch, *pu = py + (size_t)r.w * r.h, *pv = pu + (size_t)(r.w / 2) * (r.h / 2);
+  RAWToI420(patch->rgb, r.w * 3, py, r.w, pu, r.w / 2, pv, r.w / 2, r.w, r.h);
+  const uint8_t *al = patch->alpha;
+  uint8_t *y = dst, *u = dst + ysz, *v = u + ysz / 4;
   for (int j = 0; j < r.h; j++) {
-    const uint8_t *b = base->rgb + (size_t)(r.y + j) * base->stride + 3 * r.x;
-    const uint8_t *p = patch->rgb + (size_t)j * r.w * 3, *a = patch->alpha + (size_t)j * r.w;
-    uint8_t *o = scratch + (size_t)j * r.w * 3;
-    for (int i = 0; i < r.w; i++) {
-      unsigned al = a[i], bl = 255 - al;
-      for (int c = 0; c < 3; c++)
-        o[3 * i + c] = (uint8_t)((p[3 * i + c] * al + b[3 * i + c] * bl + 127) / 255);
+    uint8_t *o = y + (size_t)(r.y + j) * w + r.x;
+    const uint8_t *p = py + (size_t)j * r.w, *a = al + (size_t)j * r.w;
+    for (int i = 0; i < r.w; i++) o[i] = mix(p[i], o[i], a[i]);
+  }
+  int cw = r.w / 2, ch = r.h / 2, hw = w / 2;
+  for (int j = 0; j < ch; j++) {
+    uint8_t *ou = u + (size_t)(r.y / 2 + j) * hw + r.x / 2, *ov = v + (size_t)(r.y / 2 + j) * hw + r.x / 2;
+    const uint8_t *su = pu + (size_t)j * cw, *sv = pv + (size_t)j * cw;
+    const uint8_t *a0 = al + (size_t)(2 * j) * r.w, *a1 = a0 + r.w;
+    for (int i = 0; i < cw; i++) {
+      unsigned a = (a0[2 * i] + a0[2 * i + 1] + a1[2 * i] + a1[2 * i + 1] + 2) / 4;
+      ou[i] = mix(su[i], ou[i], a);
+      ov[i] = mix(sv[i], ov[i], a);
     }
   }
-  uint8_t *y = dst, *u = dst + ysz, *v = u + ysz / 4;
-  RAWToI420(scratch, r.w * 3, y + (size_t)r.y * w + r.x, w, u + (size_t)(r.y / 2) * (w / 2) + r.x / 2,
-            w / 2, v + (size_t)(r.y / 2) * (w / 2) + r.x / 2, w / 2, r.w, r.h);
   return FC_OK;
 }

@@ -64,7 +64,7 @@ static int is_method(SoupServerMessage *msg, const char *m) {
   return strcmp(soup_server_message_get_method(msg), m) == 0;
 }
 
-static int require_method(SoupServerMessage *msg, const char *m) {
+int fc_http_require_method(SoupServerMessage *msg, const char *m) {
   if (is_method(msg, m)) return 1;
   soup_message_headers_replace(soup_server_message_get_response_headers(msg), "Allow", m);
   fc_http_error(msg, 405, "method %s not allowed here (use %s)",
@@ -72,15 +72,15 @@ static int require_method(SoupServerMessage *msg, const char *m) {
   return 0;
 }
 
-static int has_content_type(SoupServerMessage *msg, const char *want) {
+int fc_http_has_content_type(SoupServerMessage *msg, const char *want) {
   const char *ct =
       soup_message_headers_get_content_type(soup_server_message_get_request_headers(msg), NULL);
   return ct && g_ascii_strcasecmp(ct, want) == 0;
 }
 
 /* Parses the body as a JSON object; answers 4xx and returns NULL when it is not one. */
-static JsonObject *json_body(SoupServerMessage *msg, JsonParser **parser) {
-  if (!has_content_type(msg, "application/json")) {
+JsonObject *fc_http_json_body(SoupServerMessage *msg, JsonParser **parser) {
+  if (!fc_http_has_content_type(msg, "application/json")) {
     fc_http_error(msg, 415, "expected Content-Type: application/json");
     return NULL;
   }
@@ -303,9 +303,9 @@ static void start_session(fc_server *srv, SoupServerMessage *msg, const char *sd
 static void h_offer(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
                     gpointer user) {
   fc_server *srv = user;
-  if (!require_method(msg, "POST")) return;
+  if (!fc_http_require_method(msg, "POST")) return;
   JsonParser *jp = NULL;
-  JsonObject *o = json_body(msg, &jp);
+  JsonObject *o = fc_http_json_body(msg, &jp);
   if (!o) return;
   const char *sdp = str_member(msg, o, "sdp");
   const char *type = sdp ? str_member(msg, o, "type") : NULL;
@@ -317,8 +317,9 @@ static void h_offer(SoupServer *server, SoupServerMessage *msg, const char *path
         av && JSON_NODE_HOLDS_VALUE(av) && json_node_get_value_type(av) == G_TYPE_STRING
             ? json_node_get_string(av)
             : NULL;
-    if (avname && *avname && strcmp(avname, "default") != 0)
-      fc_http_error(msg, 404, "unknown avatar '%s' (this server has: default)", avname);
+    const char *mine = fc_avatar_id(srv->avatar);
+    if (avname && *avname && strcmp(avname, "default") != 0 && strcmp(avname, mine) != 0)
+      fc_http_error(msg, 404, "unknown avatar '%s' (this server has: %s)", avname, mine);
     else
       start_session(srv, msg, sdp, 0);
   }
@@ -345,8 +346,8 @@ static void h_whep(SoupServer *server, SoupServerMessage *msg, const char *path,
     fc_http_error(msg, 405, "WHEP: POST /whep, DELETE /whep/{id}");
     return;
   }
-  if (!require_method(msg, "POST")) return;
-  if (!has_content_type(msg, "application/sdp")) {
+  if (!fc_http_require_method(msg, "POST")) return;
+  if (!fc_http_has_content_type(msg, "application/sdp")) {
     fc_http_error(msg, 415, "expected Content-Type: application/sdp");
     return;
   }
@@ -362,7 +363,7 @@ static void h_whep(SoupServer *server, SoupServerMessage *msg, const char *path,
 static void h_session(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
                       gpointer user) {
   fc_server *srv = user;
-  if (!require_method(msg, "DELETE")) return;
+  if (!fc_http_require_method(msg, "DELETE")) return;
   const char *id = g_str_has_prefix(path, "/session/") ? path + 9 : "";
   fc_session *s = fc_session_find(srv, id);
   if (!s) {
@@ -379,9 +380,9 @@ static void h_session(SoupServer *server, SoupServerMessage *msg, const char *pa
 static void h_human(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
                     gpointer user) {
   fc_server *srv = user;
-  if (!require_method(msg, "POST")) return;
+  if (!fc_http_require_method(msg, "POST")) return;
   JsonParser *jp = NULL;
-  JsonObject *o = json_body(msg, &jp);
+  JsonObject *o = fc_http_json_body(msg, &jp);
   if (!o) return;
   fc_session *s = session_of(srv, msg, o);
   const char *text = s ? str_member(msg, o, "text") : NULL;
@@ -423,24 +424,19 @@ static void h_human(SoupServer *server, SoupServerMessage *msg, const char *path
   g_object_unref(jp);
 }
 
-static void h_humanaudio(SoupServer *server, SoupServerMessage *msg, const char *path,
-                         GHashTable *q, gpointer user) {
-  fc_server *srv = user;
-  if (!require_method(msg, "POST")) return;
+int fc_http_multipart(SoupServerMessage *msg, const char *const *file_fields, GBytes **file,
+                      char **filename, const char *const *names, char **values, int n) {
   SoupMessageHeaders *h = soup_server_message_get_request_headers(msg);
-  if (!has_content_type(msg, "multipart/form-data")) {
-    fc_http_error(msg, 415, "expected multipart/form-data with 'file' and 'sessionid'");
-    return;
-  }
   GBytes *body = soup_message_body_flatten(soup_server_message_get_request_body(msg));
   SoupMultipart *mp = soup_multipart_new_from_message(h, body);
   g_bytes_unref(body);
+  *file = NULL;
+  if (filename) *filename = NULL;
+  for (int k = 0; k < n; k++) values[k] = NULL;
   if (!mp) {
     fc_http_error(msg, 400, "malformed multipart body");
-    return;
+    return -1;
   }
-  GBytes *file = NULL;
-  char *name = NULL, *sid = NULL;
   for (int i = 0; i < soup_multipart_get_length(mp); i++) {
     SoupMessageHeaders *ph;
     GBytes *pb;
@@ -450,19 +446,37 @@ static void h_humanaudio(SoupServer *server, SoupServerMessage *msg, const char 
     if (soup_message_headers_get_content_disposition(ph, &disp, &params) && params) {
       const char *field = g_hash_table_lookup(params, "name");
       const char *fname = g_hash_table_lookup(params, "filename");
-      if (field && strcmp(field, "file") == 0 && !file) {
-        file = g_bytes_ref(pb);
-        name = g_strdup(fname ? fname : "upload");
-      } else if (field && strcmp(field, "sessionid") == 0 && !sid) {
-        gsize n;
-        const char *d = g_bytes_get_data(pb, &n);
-        sid = g_strstrip(g_strndup(d, n));
-      }
+      for (int k = 0; field && file_fields[k] && !*file; k++)
+        if (strcmp(field, file_fields[k]) == 0) {
+          *file = g_bytes_ref(pb);
+          if (filename) *filename = g_strdup(fname ? fname : "upload");
+        }
+      for (int k = 0; field && k < n; k++)
+        if (strcmp(field, names[k]) == 0 && !values[k]) {
+          gsize len;
+          const char *d = g_bytes_get_data(pb, &len);
+          values[k] = g_strstrip(g_strndup(d, len < 1024 ? len : 1024));
+        }
     }
     g_free(disp);
     if (params) g_hash_table_destroy(params);
   }
   soup_multipart_free(mp);
+  return 0;
+}
+
+static void h_humanaudio(SoupServer *server, SoupServerMessage *msg, const char *path,
+                         GHashTable *q, gpointer user) {
+  fc_server *srv = user;
+  if (!fc_http_require_method(msg, "POST")) return;
+  if (!fc_http_has_content_type(msg, "multipart/form-data")) {
+    fc_http_error(msg, 415, "expected multipart/form-data with 'file' and 'sessionid'");
+    return;
+  }
+  GBytes *file = NULL;
+  char *name = NULL, *sid = NULL;
+  static const char *const file_fields[] = {"file", NULL}, *const names[] = {"sessionid"};
+  if (fc_http_multipart(msg, file_fields, &file, &name, names, &sid, 1)) return;
   fc_session *s = NULL;
   if (!sid)
     fc_http_error(msg, 400, "'sessionid' field is required");
@@ -487,9 +501,9 @@ static void h_humanaudio(SoupServer *server, SoupServerMessage *msg, const char 
 
 static void h_interrupt(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
                         gpointer user) {
-  if (!require_method(msg, "POST")) return;
+  if (!fc_http_require_method(msg, "POST")) return;
   JsonParser *jp = NULL;
-  JsonObject *o = json_body(msg, &jp);
+  JsonObject *o = fc_http_json_body(msg, &jp);
   if (!o) return;
   fc_session *s = session_of(user, msg, o);
   if (s) {
@@ -502,9 +516,9 @@ static void h_interrupt(SoupServer *server, SoupServerMessage *msg, const char *
 
 static void h_is_speaking(SoupServer *server, SoupServerMessage *msg, const char *path,
                           GHashTable *q, gpointer user) {
-  if (!require_method(msg, "POST")) return;
+  if (!fc_http_require_method(msg, "POST")) return;
   JsonParser *jp = NULL;
-  JsonObject *o = json_body(msg, &jp);
+  JsonObject *o = fc_http_json_body(msg, &jp);
   if (!o) return;
   fc_session *s = session_of(user, msg, o);
   if (s) {
@@ -536,7 +550,7 @@ static void h_record(SoupServer *server, SoupServerMessage *msg, const char *pat
                      gpointer user) {
   fc_server *srv = user;
   if (g_str_has_prefix(path, "/record/")) {
-    if (!require_method(msg, "GET")) return;
+    if (!fc_http_require_method(msg, "GET")) return;
     const char *file = g_hash_table_lookup(srv->recordings, path + 8);
     if (!file) {
       fc_http_error(msg, 404, "no finished recording for session '%s'", path + 8);
@@ -547,9 +561,9 @@ static void h_record(SoupServer *server, SoupServerMessage *msg, const char *pat
       return;
     }
   }
-  if (!require_method(msg, "POST")) return;
+  if (!fc_http_require_method(msg, "POST")) return;
   JsonParser *jp = NULL;
-  JsonObject *o = json_body(msg, &jp);
+  JsonObject *o = fc_http_json_body(msg, &jp);
   if (!o) return;
   fc_session *s = session_of(srv, msg, o);
   const char *type = s ? str_member(msg, o, "type") : NULL;
@@ -602,7 +616,7 @@ static void h_record(SoupServer *server, SoupServerMessage *msg, const char *pat
 
 static void h_sse(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
                   gpointer user) {
-  if (!require_method(msg, "GET")) return;
+  if (!fc_http_require_method(msg, "GET")) return;
   const char *id = query_get(q, "sessionid");
   if (!id) {
     fc_http_error(msg, 400, "'sessionid' query parameter is required");
@@ -792,7 +806,9 @@ static void early(SoupServer *server, SoupServerMessage *msg, const char *path, 
                   gpointer user) {
   if (!is_method(msg, "POST") && !is_method(msg, "PUT") && !is_method(msg, "PATCH")) return;
   SoupMessageHeaders *h = soup_server_message_get_request_headers(msg);
-  goffset limit = strcmp(path, "/humanaudio") == 0 ? MAX_UPLOAD : MAX_JSON_BODY;
+  goffset limit = strcmp(path, "/humanaudio") == 0            ? MAX_UPLOAD
+                  : strncmp(path, "/api/avatar/task", 16) == 0 ? FC_MAX_AVATAR_UPLOAD
+                                                               : MAX_JSON_BODY;
   if (soup_message_headers_get_encoding(h) != SOUP_ENCODING_CONTENT_LENGTH) {
     refuse_now(msg, 411, "Length Required", "a request body needs a Content-Length");
   } else if (soup_message_headers_get_content_length(h) > limit) {
@@ -802,6 +818,11 @@ static void early(SoupServer *server, SoupServerMessage *msg, const char *path, 
     refuse_now(msg, 413, "Payload Too Large", t);
     g_free(t);
   }
+}
+
+void fc_http_early(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
+                   gpointer user) {
+  early(server, msg, path, q, user);
 }
 
 void fc_http_register(fc_server *srv) {
@@ -828,4 +849,5 @@ void fc_http_register(fc_server *srv) {
     soup_server_add_handler(s, routes[i].path, routes[i].cb, srv, NULL);
   }
   soup_server_add_websocket_handler(s, "/ws/audio", NULL, NULL, h_ws_audio, srv, NULL);
+  fc_avatar_tasks_register(srv);
 }

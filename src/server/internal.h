@@ -20,6 +20,7 @@
 #include "facecast/stream.h"
 
 #include <glib.h>
+#include <json-glib/json-glib.h>
 #include <libsoup/soup.h>
 
 #define FC_READY_FRAMES 4 /* frames produced ahead of the pacer per session (160 ms) */
@@ -55,6 +56,8 @@ typedef struct fc_server {
   GHashTable *sessions;   /* id → fc_session* (one reference) */
   GHashTable *recordings; /* session id → path of its last finished recording (main loop) */
   GThreadPool *workers;
+
+  struct fc_avatar_tasks *avatar_tasks; /* avatars.c */
 
   GThread *pacer;
   gint stopping;
@@ -163,6 +166,23 @@ int fc_recorder_finish(fc_recorder *r, char **path);
 
 /* http.c */
 void fc_http_register(fc_server *srv);
+/* Helpers for the route files: answer 405 / parse a JSON object body (answering 4xx and
+ * returning NULL when it is not one) / the early body-size check every POST route needs. */
+int fc_http_require_method(SoupServerMessage *msg, const char *m);
+int fc_http_has_content_type(SoupServerMessage *msg, const char *want);
+JsonObject *fc_http_json_body(SoupServerMessage *msg, JsonParser **parser);
+/* A multipart/form-data body: the first part named by one of file_fields (NULL-terminated) as
+ * bytes (*file, NULL if absent; its file name in *filename if asked), and the text fields
+ * names[0..n) into values[] (g_free them; NULL if absent). -1 after answering 400. */
+int fc_http_multipart(SoupServerMessage *msg, const char *const *file_fields, GBytes **file,
+                      char **filename, const char *const *names, char **values, int n);
+void fc_http_early(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
+                   gpointer user);
+#define FC_MAX_AVATAR_UPLOAD (256 * 1024 * 1024) /* a video for avatar creation */
+
+/* avatars.c: the avatar studio's HTTP tasks (/api/avatar/task...). */
+void fc_avatar_tasks_register(fc_server *srv);
+void fc_avatar_tasks_free(fc_server *srv);
 /* Answers {code:-1,msg} with an HTTP status. */
 void fc_http_error(SoupServerMessage *msg, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -53,9 +53,12 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
   ap.width = srv->p.width;
   ap.height = srv->p.height;
   if (!srv->p.avatar) ap.framing = FC_FRAMING_HEAD;
-  if (!(srv->avatar = fc_avatar_create_from_image(
-            srv->p.avatar ? srv->p.avatar : fc_avatar_default_path(), &ap, err)))
-    goto fail;
+  if (srv->p.avatar && fc_avatar_is_pack_ref(srv->p.avatar))
+    srv->avatar = fc_avatar_open_pack(srv->p.avatar, err);
+  else
+    srv->avatar = fc_avatar_create_from_image(srv->p.avatar ? srv->p.avatar : fc_avatar_default_path(),
+                                              &ap, err);
+  if (!srv->avatar) goto fail;
   fc_lipsync_params lp = {.model = srv->p.model, .checkpoint = srv->p.checkpoint,
                           .device = srv->p.device};
   if (!(srv->lipsync = fc_lipsync_create(&lp, err))) goto fail;
@@ -141,6 +144,7 @@ void fc_server_destroy(fc_server *srv) {
   }
   if (srv->soup) soup_server_disconnect(srv->soup);
   if (srv->workers) g_thread_pool_free(srv->workers, FALSE, TRUE);
+  fc_avatar_tasks_free(srv);
   /* Replies the workers posted at the end are dropped with their sources. */
   while (g_main_context_iteration(srv->ctx, FALSE)) {
   }

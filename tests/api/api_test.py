@@ -28,9 +28,14 @@ def check(cond, what):
         FAILS.append(what)
 
 
+DATA_DIR = tempfile.mkdtemp(prefix="fc_api_data_")  # avatar packs made by the tests
+ASTRONAUT = "/usr/lib/python3/dist-packages/skimage/data/astronaut.png"
+
+
 def start_server(*extra):
+    env = dict(os.environ, FACECAST_DATA_DIR=DATA_DIR)
     p = subprocess.Popen([BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--quiet", *extra],
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.time() + 30
     while time.time() < deadline:
         line = p.stderr.readline()
@@ -191,6 +196,79 @@ def ws_read_frame(s, rest=b""):
         return data[0] & 0x0F, data[off:off + n]
     except (socket.timeout, ConnectionError):
         return None, b""
+
+
+def grey_png(w=64, h=48):
+    import zlib
+    raw = b"".join(b"\x00" + bytes([128]) * (w * 3) for _ in range(h))
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) +
+            chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+def wait_task(c, tid, timeout=120):
+    deadline = time.time() + timeout
+    seen = set()
+    while time.time() < deadline:
+        st, js, _, _ = c.req("GET", "/api/avatar/task/" + tid)
+        if st != 200:
+            return st, js, seen
+        seen.add(js["data"]["status"])
+        if js["data"]["status"] in ("completed", "failed", "canceled"):
+            return st, js, seen
+        time.sleep(0.2)
+    return 0, None, seen
+
+
+def avatar_tasks(c):
+    """The avatar studio over HTTP (LiveTalking's task shapes)."""
+    st, js, _, _ = c.post("/api/avatar/task", {"avatar_id": "astro", "image_path": ASTRONAUT})
+    check(st == 200 and js["code"] == 0 and js["data"]["status"] == "pending", "avatar task accepted")
+    tid = js["data"]["task_id"] if st == 200 else ""
+    st, js, seen = wait_task(c, tid)
+    d = js["data"] if js else {}
+    check(st == 200 and d.get("status") == "completed" and d.get("progress") == 100 and
+          d.get("result", {}).get("frames") == 1, "avatar task completes (%s)" % d)
+    st, js, _, _ = c.req("GET", "/api/avatar/tasks")
+    check(st == 200 and any(t["task_id"] == tid for t in js["data"]), "task list")
+    st, js, _, _ = c.req("GET", "/api/avatars")
+    check(st == 200 and any(a["avatar_id"] == "astro" and a["frames"] == 1 for a in js["data"]), "avatar list")
+    check(os.path.exists(os.path.join(DATA_DIR, "avatars", "astro.fcpack")), "pack written")
+    # an upload the gate refuses: reasons, no pack
+    body, ctype = multipart({"avatar_id": (None, b"grey"), "file": ("grey.png", grey_png())})
+    st, js, _, _ = c.req("POST", "/api/avatar/task", body, ctype=ctype)
+    check(st == 200, "avatar upload accepted")
+    st, js, _ = wait_task(c, js["data"]["task_id"]) if st == 200 else (0, None, None)
+    d = js["data"] if js else {}
+    check(d.get("status") == "failed" and any(r["key"] == "no_face" for r in d.get("reasons", [])),
+          "refused upload names its reason (%s)" % d.get("reasons"))
+    check(not os.path.exists(os.path.join(DATA_DIR, "avatars", "grey.fcpack")), "refused: no pack")
+    # bad requests
+    st, js, _, _ = c.post("/api/avatar/task", {"image_path": ASTRONAUT})
+    check(is_error(st, js, 400), "avatar task without avatar_id: 400")
+    st, js, _, _ = c.post("/api/avatar/task", {"avatar_id": "../x", "image_path": ASTRONAUT})
+    check(is_error(st, js, 400), "bad avatar_id: 400")
+    st, js, _, _ = c.post("/api/avatar/task", {"avatar_id": "x", "video_path": "/no/such.mp4"})
+    check(is_error(st, js, 404), "missing video_path: 404")
+    st, js, _, _ = c.post("/api/avatar/task", {"avatar_id": "x", "image_path": ASTRONAUT, "img_size": 100})
+    check(is_error(st, js, 400), "bad img_size: 400")
+    st, js, _, _ = c.post("/api/avatar/task", {"avatar_id": "x", "image_path": 5})
+    check(is_error(st, js, 400), "image_path not a string: 400")
+    st, js, _, _ = c.post("/api/avatar/task", {"avatar_id": "y", "image_path": ASTRONAUT, "task_id": tid})
+    check(is_error(st, js, 409), "duplicate task_id: 409")
+    st, js, _, _ = c.post("/api/avatar/task", "{nope")
+    check(is_error(st, js, 400), "avatar task malformed JSON: 400")
+    st, js, _, _ = c.req("GET", "/api/avatar/task/nosuch")
+    check(is_error(st, js, 404), "unknown task: 404")
+    st, js, _, _ = c.req("PUT", "/api/avatar/task/" + tid, {"x": 1})
+    check(is_error(st, js, 405), "task PUT: 405")
+    st, js, _, _ = c.req("DELETE", "/api/avatar/task/" + tid)
+    check(st == 200 and js["data"]["status"] == "deleted", "finished task forgotten")
+    st, js, _, _ = c.req("GET", "/api/avatar/task/" + tid)
+    check(is_error(st, js, 404), "forgotten task: 404")
+    st, js, _, _ = c.req("DELETE", "/api/avatar/task/nosuch")
+    check(is_error(st, js, 404), "DELETE unknown task: 404")
 
 
 def main():
@@ -361,6 +439,7 @@ def main():
         check(st == 200 and "facecast_sessions 1" in text and "facecast_frame_lateness_ms_bucket" in text, "metrics")
         st, js, _, _ = c.req("PUT", "/human", {"x": 1})
         check(st in (404, 405) and js["code"] == -1, "wrong method: 4xx JSON")
+        avatar_tasks(c)
         check(proc.poll() is None, "server still running")
     finally:
         proc.terminate()
@@ -370,6 +449,18 @@ def main():
             proc.kill()
             rc = -9
     check(rc == 0, "server exits cleanly on SIGTERM (rc %s)" % rc)
+    # a server whose avatar is the pack made above
+    if os.path.exists(os.path.join(DATA_DIR, "avatars", "astro.fcpack")):
+        proc, port = start_server("--avatar", "astro")
+        c = Client(port)
+        st, js, _, _ = c.req("GET", "/healthz")
+        check(st == 200 and js["data"]["width"] == 512, "serve --avatar PACK_ID")
+        st, js, _, _ = c.post("/offer", {"sdp": offer_sdp(), "type": "offer", "avatar": "other"})
+        check(is_error(st, js, 404) and "astro" in js["msg"], "offer with another avatar: 404 names ours")
+        proc.terminate()
+        check(proc.wait(15) == 0, "pack server exits cleanly")
+    import shutil
+    shutil.rmtree(DATA_DIR, ignore_errors=True)
     print(f"{len(FAILS)} failed" if FAILS else "all API checks passed")
     return 1 if FAILS else 0
 

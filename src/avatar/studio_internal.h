@@ -1,0 +1,14 @@
+/* Private to the avatar studio (studio.c, quality.c). */
+#ifndef FC_STUDIO_INTERNAL_H
+#define FC_STUDIO_INTERNAL_H
+
+#include "facecast/studio.h"
+
+/* Checks one frame into q like fc_quality_check_frame and also reports the face: when *face
+ * holds the previous frame's face (w > 0), the candidate nearest it is taken, else the
+ * largest; *face is set to it and pts to its 68 landmarks (untouched when no face is found).
+ * Returns 1 when a face was found. Reuses per-thread buffers: no allocation per frame. */
+int fc_quality_measure(const fc_face_models *m, const fc_image *img, fc_quality *q, fc_rect *face,
+                       fc_point *pts);
+
+#endif

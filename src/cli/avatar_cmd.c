@@ -1,0 +1,264 @@
+/* facecast avatar: create, list and inspect avatar packs.
+ *
+ *   avatar create --from VIDEO|IMAGE --id NAME [--size 96|256] [--max-size WxH] [--seconds S]
+ *                 [--out-dir DIR]
+ *       runs the studio (studio.h) with a progress bar on stderr (a tty gets one updating line,
+ *       a pipe one line per 10 %); a refusal by the quality gate prints each reason on its own
+ *       line and exits 2.
+ *   avatar list [--dir DIR] [--json]
+ *   avatar show ID|FILE [--frame N] [--json]
+ *       size, frames, crop sizes, clips, the creation report, and per frame the box and the 68
+ *       landmarks (all frames with --json, else only --frame N). */
+#include "cli/cli.h"
+#include "facecast/error.h"
+#include "facecast/pack.h"
+#include "facecast/studio.h"
+
+#include <dirent.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void avatar_usage(FILE *f) {
+  fputs("usage: facecast avatar create --from VIDEO|IMAGE --id NAME [--size 96|256]\n"
+        "                              [--max-size WxH] [--seconds S] [--out-dir DIR]\n"
+        "       facecast avatar list [--dir DIR] [--json]\n"
+        "       facecast avatar show ID|FILE [--frame N] [--json] [--dir DIR]\n",
+        f);
+}
+
+static void bar(void *user, int pct) {
+  int tty = *(int *)user;
+  if (tty) {
+    char b[41];
+    int n = pct * 40 / 100;
+    memset(b, '#', (size_t)n);
+    memset(b + n, ' ', (size_t)(40 - n));
+    b[40] = 0;
+    fprintf(stderr, "\rcreating avatar [%s] %3d%%", b, pct);
+    if (pct == 100) fputc('\n', stderr);
+  } else if (pct % 10 == 0) {
+    fprintf(stderr, "creating avatar: %d%%\n", pct);
+  }
+}
+
+static int create(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"from", required_argument, 0, 'f'},    {"id", required_argument, 0, 'i'},
+      {"size", required_argument, 0, 's'},    {"max-size", required_argument, 0, 'm'},
+      {"seconds", required_argument, 0, 'S'}, {"out-dir", required_argument, 0, 'o'},
+      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+  fc_studio_params p = {0};
+  int c, tty = isatty(2);
+  optind = 1;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    char *end;
+    switch (c) {
+    case 'f': p.from = optarg; break;
+    case 'i': p.id = optarg; break;
+    case 's':
+      p.crop_size = (int)strtol(optarg, &end, 10);
+      if (*end || (p.crop_size != 96 && p.crop_size != 256)) {
+        fprintf(stderr, "facecast: error: --size '%s': expected 96 or 256\n", optarg);
+        return FC_EXIT_INPUT;
+      }
+      break;
+    case 'm':
+      if (fc_cli_parse_size(optarg, &p.max_w, &p.max_h)) return fc_cli_fail(FC_EINVAL);
+      break;
+    case 'S':
+      p.max_seconds = strtod(optarg, &end);
+      if (*end || !(p.max_seconds > 0 && p.max_seconds <= 3600)) {
+        fprintf(stderr, "facecast: error: --seconds '%s': expected 0..3600\n", optarg);
+        return FC_EXIT_INPUT;
+      }
+      break;
+    case 'o': p.out_dir = optarg; break;
+    case 'h': avatar_usage(stdout); return FC_EXIT_OK;
+    default:
+      fprintf(stderr, "facecast: error: avatar create: unknown or incomplete option '%s'\n",
+              argv[optind - 1]);
+      return FC_EXIT_INPUT;
+    }
+  }
+  if (!p.from || !p.id) {
+    fprintf(stderr, "facecast: error: avatar create: --from FILE and --id NAME are required\n");
+    return FC_EXIT_INPUT;
+  }
+  p.progress = bar, p.user = &tty;
+  fc_studio_result res;
+  int err = fc_studio_create(&p, &res);
+  if (tty && err) fputc('\n', stderr);
+  if (err == FC_ENOFACE && fc_quality_failed(&res.quality)) {
+    fprintf(stderr, "facecast: error: %s: the material is not usable:\n", p.from);
+    for (int r = 0; r < FC_Q_COUNT; r++)
+      if (res.quality.blocking[r])
+        fprintf(stderr, "  %s: %s\n", fc_quality_key(r), res.quality.message[r]);
+    return FC_EXIT_INPUT;
+  }
+  if (err) return fc_cli_fail(err);
+  printf("avatar %s: %d frames %dx%d in %.1f s (%.1f frames/s) -> %s\n", p.id, res.frames,
+         res.width, res.height, res.seconds_taken,
+         res.seconds_taken > 0 ? res.frames / res.seconds_taken : 0, res.path);
+  return FC_EXIT_OK;
+}
+
+/* ID or FILE → a pack path. */
+static void pack_path(const char *dir, const char *idf, char *out, size_t n) {
+  if (strchr(idf, '/') || strstr(idf, ".fcpack")) snprintf(out, n, "%s", idf);
+  else snprintf(out, n, "%s/%s.fcpack", dir, idf);
+}
+
+static void print_clips(const fc_pack *pk, int json) {
+  int nc = fc_pack_clip_count(pk);
+  for (int k = 0; k < nc; k++) {
+    fc_pack_clip cl;
+    if (fc_pack_get_clip(pk, k, &cl)) continue;
+    if (json)
+      printf("%s{\"name\":\"%s\",\"first\":%d,\"frames\":%d,\"audio_seconds\":%.2f}", k ? "," : "",
+             cl.name, cl.first, cl.count, cl.audio_rate ? (double)cl.audio_frames / cl.audio_rate : 0.0);
+    else
+      printf("  clip %-16s frames %d..%d%s\n", cl.name, cl.first, cl.first + cl.count - 1,
+             cl.audio_rate ? " with audio" : "");
+  }
+}
+
+static int list(int argc, char **argv) {
+  const char *dir = fc_avatar_dir();
+  int json = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--json") == 0) json = 1;
+    else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc) dir = argv[++i];
+    else {
+      fprintf(stderr, "facecast: error: avatar list: unexpected argument '%s'\n", argv[i]);
+      return FC_EXIT_INPUT;
+    }
+  }
+  DIR *d = opendir(dir);
+  if (json) printf("[");
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d));) {
+    size_t len = strlen(e->d_name);
+    if (len < 8 || strcmp(e->d_name + len - 7, ".fcpack") != 0) continue;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    int err;
+    fc_pack *pk = fc_pack_open(path, &err);
+    if (json) {
+      printf("%s{\"file\":\"%s\"", n++ ? "," : "", e->d_name);
+      if (pk) {
+        const fc_pack_info *in = fc_pack_get_info(pk);
+        printf(",\"id\":\"%s\",\"width\":%d,\"height\":%d,\"frames\":%d,\"clips\":[", in->id,
+               in->width, in->height, in->frames);
+        print_clips(pk, 1);
+        printf("]}");
+      } else {
+        printf(",\"error\":\"%s\"}", fc_strerror(err));
+      }
+    } else if (pk) {
+      const fc_pack_info *in = fc_pack_get_info(pk);
+      printf("%-24s %4dx%-4d %5d frames %2d clips\n", in->id, in->width, in->height, in->frames,
+             fc_pack_clip_count(pk));
+      n++;
+    } else {
+      printf("%-24s unusable: %s\n", e->d_name, fc_error_detail(err));
+      n++;
+    }
+    fc_pack_close(pk);
+  }
+  if (d) closedir(d);
+  if (json) printf("]\n");
+  else if (!n) printf("no avatars in %s\n", dir);
+  return FC_EXIT_OK;
+}
+
+static void print_points(const fc_pack_frame *f) {
+  for (int k = 0; k < FC_LANDMARKS; k++)
+    printf("%s[%.1f,%.1f]", k ? "," : "", f->landmarks[k].x, f->landmarks[k].y);
+}
+
+static int show(int argc, char **argv) {
+  const char *dir = fc_avatar_dir(), *idf = NULL;
+  int json = 0, frame = -1;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--json") == 0) json = 1;
+    else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc) dir = argv[++i];
+    else if (strcmp(argv[i], "--frame") == 0 && i + 1 < argc) {
+      char *end;
+      long v = strtol(argv[++i], &end, 10);
+      if (*end || v < 0 || v > 100000000) {
+        fprintf(stderr, "facecast: error: --frame '%s': expected a frame number\n", argv[i]);
+        return FC_EXIT_INPUT;
+      }
+      frame = (int)v;
+    } else if (argv[i][0] != '-' && !idf) idf = argv[i];
+    else {
+      fprintf(stderr, "facecast: error: avatar show: unexpected argument '%s'\n", argv[i]);
+      return FC_EXIT_INPUT;
+    }
+  }
+  if (!idf) {
+    fprintf(stderr, "facecast: error: avatar show: which avatar? (an id or a .fcpack file)\n");
+    return FC_EXIT_INPUT;
+  }
+  char path[4096];
+  pack_path(dir, idf, path, sizeof path);
+  int err;
+  fc_pack *pk = fc_pack_open(path, &err);
+  if (!pk) return fc_cli_fail(err);
+  const fc_pack_info *in = fc_pack_get_info(pk);
+  if (frame >= in->frames) {
+    fprintf(stderr, "facecast: error: --frame %d: the avatar has %d frames\n", frame, in->frames);
+    fc_pack_close(pk);
+    return FC_EXIT_INPUT;
+  }
+  if (json) {
+    printf("{\"id\":\"%s\",\"width\":%d,\"height\":%d,\"fps\":%d,\"frames\":%d,\"crops\":[",
+           in->id, in->width, in->height, in->fps_den ? in->fps_num / in->fps_den : 0, in->frames);
+    for (int k = 0; k < in->ncrops; k++) printf("%s%d", k ? "," : "", in->crop_size[k]);
+    printf("],\"clips\":[");
+    print_clips(pk, 1);
+    printf("],\"meta\":%s,\"per_frame\":[", fc_pack_meta_json(pk));
+    for (int i = frame < 0 ? 0 : frame; i < (frame < 0 ? in->frames : frame + 1); i++) {
+      fc_pack_frame f;
+      if (fc_pack_get_frame(pk, i, &f)) continue;
+      printf("%s{\"frame\":%d,\"box\":[%d,%d,%d,%d],\"landmarks\":[", i > (frame < 0 ? 0 : frame) ? "," : "",
+             i, f.box.x, f.box.y, f.box.w, f.box.h);
+      print_points(&f);
+      printf("]}");
+    }
+    printf("]}\n");
+  } else {
+    printf("avatar %s: %dx%d, %d frames at %d/%d fps, crops", in->id, in->width, in->height,
+           in->frames, in->fps_num, in->fps_den);
+    for (int k = 0; k < in->ncrops; k++) printf(" %d", in->crop_size[k]);
+    printf("\n  created: %s\n", fc_pack_meta_json(pk));
+    print_clips(pk, 0);
+    if (frame >= 0) {
+      fc_pack_frame f;
+      if (!fc_pack_get_frame(pk, frame, &f)) {
+        printf("  frame %d: box %d,%d %dx%d\n  landmarks: ", frame, f.box.x, f.box.y, f.box.w, f.box.h);
+        print_points(&f);
+        printf("\n");
+      }
+    }
+  }
+  fc_pack_close(pk);
+  return FC_EXIT_OK;
+}
+
+int fc_cmd_avatar(int argc, char **argv) {
+  if (argc >= 2 && strcmp(argv[1], "create") == 0) return create(argc - 1, argv + 1);
+  if (argc >= 2 && strcmp(argv[1], "list") == 0) return list(argc - 1, argv + 1);
+  if (argc >= 2 && strcmp(argv[1], "show") == 0) return show(argc - 1, argv + 1);
+  if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+    avatar_usage(stdout);
+    return FC_EXIT_OK;
+  }
+  if (argc >= 2) fprintf(stderr, "facecast: error: avatar: unknown subcommand '%s'\n", argv[1]);
+  avatar_usage(stderr);
+  return FC_EXIT_INPUT;
+}
