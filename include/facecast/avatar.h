@@ -5,8 +5,9 @@
  * or the whole picture), and the mouth is located inside the face box (lip colour, teeth and
  * shadow of an open smile), so the lip-sync backends know where the lips are and how far apart
  * they rest. An avatar is immutable once built and may be shared by any number of sessions and
- * threads. Each frame is kept as RGB (for compositing) and as I420 (copied straight into encoder
- * frames, so unchanged pixels are never converted again). */
+ * threads. Each frame is kept as I420 (copied straight into encoder frames, so unchanged pixels
+ * are never converted again) and, for the lip-sync backends, as RGB: the whole frame for a
+ * photo, the region around the face for a pack (whose I420 frames stay in the shared mapping). */
 #ifndef FACECAST_AVATAR_H
 #define FACECAST_AVATAR_H
 
@@ -65,8 +66,12 @@ const char *fc_avatar_id(const fc_avatar *av);
 int fc_avatar_width(const fc_avatar *av);
 int fc_avatar_height(const fc_avatar *av);
 int fc_avatar_frame_count(const fc_avatar *av);
-/* Frame i's pixels (i is taken modulo the frame count, ping-pong for several frames). */
+/* Frame i's pixels (i is taken modulo the frame count, ping-pong for several frames). Avatars
+ * made from a photo only: NULL for a pack, whose frames exist only as I420. */
 const fc_image *fc_avatar_frame(const fc_avatar *av, int i);
+/* The RGB pixels around frame i's face, all a lip-sync backend reads: *where is the rectangle
+ * of the frame the image shows (even x, y). The whole frame for a photo avatar. */
+const fc_image *fc_avatar_face_region(const fc_avatar *av, int i, fc_rect *where);
 /* Frame i as contiguous I420 (width*height*3/2 bytes). */
 const uint8_t *fc_avatar_frame_i420(const fc_avatar *av, int i);
 fc_rect fc_avatar_face(const fc_avatar *av, int i);

@@ -23,7 +23,8 @@
 
 struct fc_avatar {
   int w, h, n_frames;
-  fc_image *frames;
+  fc_image *frames; /* photo: the whole frame; pack: the region around the face (where[]) */
+  fc_rect *where;   /* pack: where frames[i] lies in frame i */
   uint8_t **i420; /* owned, or pointers into pack's mapping */
   fc_pack *pack;  /* an avatar opened from a pack (fc_avatar_open_pack) */
   fc_rect *faces;
@@ -218,6 +219,7 @@ void fc_avatar_destroy(fc_avatar *av) {
   for (int i = 0; !av->pack && av->i420 && i < av->n_frames; i++) free(av->i420[i]);
   fc_pack_close(av->pack);
   free(av->frames);
+  free(av->where);
   free(av->i420);
   free(av->faces);
   free(av->mouths);
@@ -341,29 +343,38 @@ fc_avatar *fc_avatar_open_pack(const char *path_or_id, int *err) {
     goto fail;
   }
   const fc_pack_info *in = fc_pack_get_info(av->pack);
-  /* The frames' RGB (for the lip-sync backends) is made here, privately: bound it. */
-  if ((double)in->frames * in->width * in->height * 3 > 2.0 * 1024 * 1024 * 1024) {
-    e = fc_error_set(FC_EUNSUPPORTED, "avatar '%s': %d frames of %dx%d is more than this version "
-                     "holds in memory (2 GiB of RGB); use a shorter or smaller video", path_or_id,
-                     in->frames, in->width, in->height);
-    goto fail;
-  }
   av->w = in->width, av->h = in->height, av->n_frames = in->frames;
   av->frames = calloc((size_t)av->n_frames, sizeof *av->frames);
+  av->where = calloc((size_t)av->n_frames, sizeof *av->where);
   av->i420 = calloc((size_t)av->n_frames, sizeof *av->i420);
   av->faces = calloc((size_t)av->n_frames, sizeof *av->faces);
   av->mouths = calloc((size_t)av->n_frames, sizeof *av->mouths);
-  if (!av->frames || !av->i420 || !av->faces || !av->mouths) goto oom;
+  if (!av->frames || !av->where || !av->i420 || !av->faces || !av->mouths) goto oom;
   size_t ysz = (size_t)av->w * av->h;
   for (int i = 0; i < av->n_frames; i++) {
     fc_pack_frame f;
     if ((e = fc_pack_get_frame(av->pack, i, &f))) goto fail;
     av->i420[i] = (uint8_t *)f.i420; /* read-only mapping: never written through */
-    if ((e = fc_image_alloc(&av->frames[i], av->w, av->h))) goto fail;
-    I420ToRAW(f.i420, av->w, f.i420 + ysz, av->w / 2, f.i420 + ysz + ysz / 4, av->w / 2,
-              av->frames[i].rgb, av->frames[i].stride, av->w, av->h);
     av->faces[i] = f.box;
     mouth_from_landmarks(f.landmarks, f.box, &av->mouths[i]);
+    /* The lip-sync backends read pixels only around the face: from half a box left of it to
+     * half a box right, a quarter above, down to the neck (the jaw moves). That region is kept
+     * as RGB, privately (about 14 box-widths² bytes a frame); the whole frame stays I420 in the
+     * shared mapping. */
+    fc_rect b = f.box;
+    int x0 = (b.x - b.w / 2) & ~1, y0 = (b.y - b.h / 4) & ~1;
+    int x1 = b.x + b.w + b.w / 2, y1 = b.y + 2 * b.h;
+    x0 = x0 < 0 ? 0 : x0, y0 = y0 < 0 ? 0 : y0;
+    x1 = x1 > av->w ? av->w : x1, y1 = y1 > av->h ? av->h : y1;
+    fc_rect r = {x0, y0, (x1 - x0) & ~1, (y1 - y0) & ~1};
+    if (r.w < 2 || r.h < 2) r = (fc_rect){0, 0, av->w, av->h};
+    av->where[i] = r;
+    if ((e = fc_image_alloc(&av->frames[i], r.w, r.h))) goto fail;
+    const uint8_t *y = f.i420 + (size_t)r.y * av->w + r.x;
+    const uint8_t *u = f.i420 + ysz + (size_t)(r.y / 2) * (av->w / 2) + r.x / 2;
+    const uint8_t *v = f.i420 + ysz + ysz / 4 + (size_t)(r.y / 2) * (av->w / 2) + r.x / 2;
+    I420ToRAW(y, av->w, u, av->w / 2, v, av->w / 2, av->frames[i].rgb, av->frames[i].stride, r.w,
+              r.h);
   }
   av->source_face = av->faces[0];
   *err = FC_OK;
@@ -384,7 +395,12 @@ int fc_avatar_width(const fc_avatar *av) { return av->w; }
 int fc_avatar_height(const fc_avatar *av) { return av->h; }
 int fc_avatar_frame_count(const fc_avatar *av) { return av->n_frames; }
 const fc_image *fc_avatar_frame(const fc_avatar *av, int i) {
-  return &av->frames[ping_pong(i, av->n_frames)];
+  return av->pack ? NULL : &av->frames[ping_pong(i, av->n_frames)];
+}
+const fc_image *fc_avatar_face_region(const fc_avatar *av, int i, fc_rect *where) {
+  int k = ping_pong(i, av->n_frames);
+  *where = av->pack ? av->where[k] : (fc_rect){0, 0, av->w, av->h};
+  return &av->frames[k];
 }
 const uint8_t *fc_avatar_frame_i420(const fc_avatar *av, int i) {
   return av->i420[ping_pong(i, av->n_frames)];

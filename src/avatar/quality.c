@@ -34,6 +34,10 @@
 #define OTHER_FACE_RATIO 0.6 /* a second face this wide (relative) counts as another person */
 #define BAD_FRAME_SHARE 0.10 /* a video fails a reason when more than this share of frames do */
 #define MAX_DETECT 8
+/* Whole-picture searches ask for this many overlapping detections (OpenCV's minNeighbors):
+ * at 3, clothing and background give face-sized false positives in some frames (seen on a
+ * 1080p portrait), which would pass for a second person. */
+#define STRICT_NEIGHBORS 6
 #define TRACK_FULL_EVERY 25 /* frames between searches of the whole picture (one a second) */
 
 static const char *const keys[FC_Q_COUNT] = {
@@ -154,7 +158,12 @@ int fc_quality_measure(const fc_face_models *m, const fc_image *img, fc_quality 
       full = nf <= 0;
     }
   }
-  if (full) nf = fc_haar_detect(m->haar, st->gcv, img->w, img->h, img->w, &hp, faces, MAX_DETECT);
+  if (full) { /* strict first (more overlapping hits: false positives rarely have them) */
+    fc_haar_params sp = hp;
+    sp.min_neighbors = STRICT_NEIGHBORS;
+    nf = fc_haar_detect(m->haar, st->gcv, img->w, img->h, img->w, &sp, faces, MAX_DETECT);
+    if (nf <= 0) nf = fc_haar_detect(m->haar, st->gcv, img->w, img->h, img->w, &hp, faces, MAX_DETECT);
+  }
   if (full) q->full_searches++;
   if (nf <= 0) {
     q->failed[FC_Q_NO_FACE]++;

@@ -103,7 +103,9 @@ static int run_batch(w2l_state *st, const fc_lipsync_req *reqs, fc_patch *out, i
     fc_rect box = face_box(rq->avatar, rq->frame);
     out[k].place = box;
     fc_image crop = {.w = S, .h = S, .stride = 3 * S, .rgb = st->crops + (size_t)k * 3 * S * S};
-    fc_image_resize_region(fc_avatar_frame(rq->avatar, rq->frame), box, &crop);
+    fc_rect where;
+    const fc_image *im = fc_avatar_face_region(rq->avatar, rq->frame, &where);
+    fc_image_resize_region(im, (fc_rect){box.x - where.x, box.y - where.y, box.w, box.h}, &crop);
     memcpy(st->mel + (size_t)k * FC_W2L_MEL_H * FC_W2L_MEL_W, rq->mel,
            sizeof(float) * FC_W2L_MEL_H * FC_W2L_MEL_W);
   }

@@ -237,11 +237,15 @@ static int pm_run(void *state, const fc_lipsync_req *reqs, fc_patch *out, int n)
   for (int k = 0; k < n; k++) {
     const fc_avatar *av = reqs[k].avatar;
     if (!av) return fc_error_set(FC_EINVAL, "parametric: request without an avatar");
+    /* work in the coordinates of the face region the avatar keeps as RGB */
+    fc_rect where;
+    const fc_image *im = fc_avatar_face_region(av, reqs[k].frame, &where);
     geom g = geom_of(av, reqs[k].frame);
-    out[k].place = patch_rect(&g, fc_avatar_width(av), fc_avatar_height(av));
+    g.cx -= where.x, g.cy -= where.y;
+    out[k].place = patch_rect(&g, im->w, im->h);
     pm_state *st = state;
-    render(fc_avatar_frame(av, reqs[k].frame), &g, reqs[k].mouth, &st->lut_new, &st->lut_rest,
-           &out[k]);
+    render(im, &g, reqs[k].mouth, &st->lut_new, &st->lut_rest, &out[k]);
+    out[k].place.x += where.x, out[k].place.y += where.y;
   }
   return FC_OK;
 }
