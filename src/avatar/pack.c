@@ -64,12 +64,14 @@
  * memory pressure the kernel drops and later re-reads them instead of swapping. Each process's
  * Rss counts the pages it has touched, but its Pss (its share) is Rss divided by the sharers.
  * LiveTalking keeps every decoded BGR frame (6.2 MB at 1080p) and crop in each process, 1.61 GB
- * per process. Access advice: the engine copies a whole frame at a time (3 MB, in order) and
- * steps from frame to frame, so the mapping keeps MADV_NORMAL: MADV_RANDOM would turn a cold
- * frame into ~760 single-page reads, and MADV_SEQUENTIAL would let reclaim ignore the accesses
- * of a hot, shared avatar. fc_pack_verify() reads every byte once through a mapping of its own
- * with MADV_SEQUENTIAL (larger read-ahead, nothing kept in the caller's Rss afterwards).
- * Measured figures are in docs/ARCHITECTURE.md.
+ * per process; four processes holding such a pack showed Rss 832 MB and Pss 208 MB each.
+ * Access advice: the engine copies a whole frame at a time (3 MB, in order) and steps from
+ * frame to frame, so the mapping keeps MADV_NORMAL: MADV_RANDOM turns a cold frame into ~760
+ * single-page reads (a cold pass over the avatar took 10.9 s instead of 0.6-1.4 s), and
+ * MADV_SEQUENTIAL was no faster and would let reclaim ignore the accesses of a hot, shared
+ * avatar. fc_pack_verify() reads every byte once through a mapping of its own with
+ * MADV_SEQUENTIAL (further read-ahead; unmapped afterwards, so the caller's Rss is unchanged).
+ * Figures: docs/BENCHMARKS.md, from `facecast bench pack`.
  */
 #include "facecast/pack.h"
 #include "facecast/error.h"
@@ -1228,6 +1230,28 @@ int fc_pack_find_clip(const fc_pack *p, const char *name) {
   for (int k = 0; k < p->nclips; k++)
     if (strcmp(p->clips[k].name, name) == 0) return k;
   return fc_error_set(FC_ENOTFOUND, "pack %s: no clip named '%.40s'", p->path, name);
+}
+
+int fc_pack_resident(const fc_pack *p, int64_t *rss_kb, int64_t *pss_kb) {
+  if (!p || !rss_kb || !pss_kb) return fc_error_set(FC_EINVAL, "pack: NULL argument");
+  *rss_kb = *pss_kb = 0;
+  FILE *f = fopen("/proc/self/smaps", "re");
+  if (!f)
+    return fc_error_set(FC_EUNSUPPORTED, "pack %s: /proc/self/smaps: %s", p->path,
+                        strerror(errno));
+  /* madvise on part of a mapping splits it into several areas: sum those inside it. */
+  uintptr_t lo = (uintptr_t)p->map, hi = lo + p->size;
+  char line[512];
+  int in = 0;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long a, b;
+    long long v;
+    if (sscanf(line, "%lx-%lx ", &a, &b) == 2) in = a >= lo && a < hi;
+    else if (in && sscanf(line, "Rss: %lld", &v) == 1) *rss_kb += v;
+    else if (in && sscanf(line, "Pss: %lld", &v) == 1) *pss_kb += v;
+  }
+  fclose(f);
+  return FC_OK;
 }
 
 int fc_pack_verify(const fc_pack *p) {
