@@ -260,6 +260,13 @@ static void path_in(char *out, size_t cap, const char *name) {
   snprintf(out, cap, "%s/%s", tmpdir, name);
 }
 
+/* Writes the avatar of s as name in the test directory (its path in path[512]) and returns
+ * the file's bytes (caller frees), or NULL. */
+static uint8_t *written(const char *name, const spec *s, char *path, size_t *n) {
+  path_in(path, 512, name);
+  return write_spec(path, s) ? fc_test_read_file(path, n) : NULL;
+}
+
 static void test_round_trip(void) {
   char path[512], upath[512];
   path_in(path, sizeof path, "avatar.fcpack");
@@ -551,10 +558,8 @@ static void test_every_truncation(void) {
  * landmarks) or by fc_pack_verify (bulk data, zero padding). */
 static void test_every_bit_flip(void) {
   char path[512];
-  path_in(path, sizeof path, "flip.fcpack");
-  FC_REQUIRE(write_spec(path, &tiny));
   size_t n;
-  uint8_t *orig = fc_test_read_file(path, &n);
+  uint8_t *orig = written("flip.fcpack", &tiny, path, &n);
   FC_REQUIRE(orig);
   int fd = open(path, O_RDWR);
   FC_REQUIRE(fd >= 0);
@@ -591,10 +596,8 @@ static void test_every_bit_flip(void) {
 
 static void test_verify_catches_frame_damage(void) {
   char path[512];
-  path_in(path, sizeof path, "verify.fcpack");
-  FC_REQUIRE(write_spec(path, &round_trip));
   size_t n;
-  uint8_t *b = fc_test_read_file(path, &n);
+  uint8_t *b = written("verify.fcpack", &round_trip, path, &n);
   FC_REQUIRE(b);
   const char *secs[] = {"frames", "crop1", "mask0", "audio"};
   for (int k = 0; k < 4; k++) {
@@ -618,12 +621,32 @@ static void test_verify_catches_frame_damage(void) {
   unlink(path);
 }
 
-/* The bytes of a freshly written round-trip pack; *out names the scratch file for edited
- * copies. */
-static uint8_t *pack_bytes(char *out, size_t cap, size_t *n) {
-  path_in(out, cap, "edited.fcpack");
-  if (!write_spec(out, &round_trip)) return NULL;
-  uint8_t *b = fc_test_read_file(out, n);
+/* A pack rewritten in place while mapped (the writer never does that) shows the new bytes
+ * through the shared mapping, but accessors must not turn them into addresses. */
+static void test_rewritten_while_open(void) {
+  char path[512];
+  size_t n;
+  uint8_t *b = written("inplace.fcpack", &round_trip, path, &n);
+  FC_REQUIRE(b);
+  int err, fd = open(path, O_RDWR);
+  fc_pack *p = fc_pack_open(path, &err);
+  FC_REQUIRE(p && fd >= 0);
+  fc_pack_frame before, after;
+  FC_REQUIRE(fc_pack_get_frame(p, 6, &before) == FC_OK);
+  uint32_t huge[2] = {0x7fffffffu, 0x7fffffffu}; /* frame 6's stored frame and face */
+  FC_REQUIRE(pwrite(fd, huge, sizeof huge, (off_t)get64(entry(b, "index") + 16) + 8 * 6) == 8);
+  FC_REQUIRE(fc_pack_get_frame(p, 6, &after) == FC_OK);
+  FC_CHECK(after.i420 == before.i420 && after.crop[1] == before.crop[1]);
+  fc_pack_close(p);
+  close(fd);
+  free(b);
+  unlink(path);
+}
+
+/* The bytes of a freshly written round-trip pack; out (512 bytes) names the scratch file for
+ * edited copies. */
+static uint8_t *pack_bytes(char *out, size_t *n) {
+  uint8_t *b = written("edited.fcpack", &round_trip, out, n);
   unlink(out);
   return b;
 }
@@ -653,7 +676,7 @@ static int refused_json(const char *path, const uint8_t *b, size_t n, const char
 static void test_newer_version(void) {
   char path[512];
   size_t n;
-  uint8_t *b = pack_bytes(path, sizeof path, &n);
+  uint8_t *b = pack_bytes(path, &n);
   FC_REQUIRE(b);
   char *json = json_edit(b, "{", "{");
   /* The helper itself: the same header rebuilt opens. */
@@ -673,7 +696,7 @@ static void test_newer_version(void) {
 static void test_bad_json(void) {
   char path[512];
   size_t n;
-  uint8_t *b = pack_bytes(path, sizeof path, &n);
+  uint8_t *b = pack_bytes(path, &n);
   FC_REQUIRE(b);
   /* "meta":{...} runs to the end of the JSON but for the closing brace */
   size_t jl = (size_t)get64(b + 16);
@@ -747,7 +770,7 @@ static void test_bad_json(void) {
 static void test_bad_tables(void) {
   char path[512], want[256];
   size_t n;
-  uint8_t *orig = pack_bytes(path, sizeof path, &n);
+  uint8_t *orig = pack_bytes(path, &n);
   FC_REQUIRE(orig);
   uint8_t *b = malloc(n + 1);
 
@@ -987,6 +1010,7 @@ int main(void) {
   FC_RUN(test_newer_version);
   FC_RUN(test_bad_json);
   FC_RUN(test_bad_tables);
+  FC_RUN(test_rewritten_while_open);
   FC_RUN(test_pages_are_shared);
   fc_test_rmtree(tmpdir);
   FC_TEST_EXIT();

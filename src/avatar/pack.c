@@ -309,7 +309,9 @@ static const char *json_prescan(const char *s, size_t n) {
 }
 
 /* Parses JSON text that must be an object. Returns the parser (owner of *root) or NULL with a
- * reason in why. */
+ * reason in why. json-glib is lenient in ways that do not matter here (it keeps the last of
+ * duplicate keys, takes comments and single quotes): the header's CRC is what refuses a
+ * damaged header, and every field is then checked for type and range. */
 static JsonParser *json_object_parse(const char *s, size_t n, JsonNode **root, char *why,
                                      size_t wn) {
   const char *bad = NULL;
@@ -763,7 +765,7 @@ struct fc_pack {
   uint64_t off[S_COUNT], len[S_COUNT];
   uint32_t crc[S_COUNT];
   uint64_t item[S_COUNT]; /* bytes per stored item */
-  const uint32_t *index;
+  uint32_t *index;        /* a private copy of the index section (see check_small) */
   int nclips;
   fc_pack_clip clips[FC_PACK_MAX_CLIPS];
 };
@@ -772,6 +774,7 @@ void fc_pack_close(fc_pack *p) {
   if (!p) return;
   if (p->map) munmap(p->map, p->size);
   if (p->fd >= 0) close(p->fd);
+  free(p->index);
   free(p->path);
   g_free(p->meta);
   free(p);
@@ -1101,13 +1104,19 @@ static int check_crc(const fc_pack *p, int s) {
   return FC_OK;
 }
 
-/* The small per-frame sections: CRCs, then the index's shape, boxes and points. */
+/* The small per-frame sections: CRCs, then the index's shape, boxes and points.
+ * The index is the one thing accessors turn into addresses, so it is copied and the copy is
+ * checked: a shared mapping shows later writes to the file, and a pack rewritten in place
+ * (which the writer never does: it renames a new file into place) could then give wrong
+ * pixels, never an address outside the mapping. */
 static int check_small(fc_pack *p) {
   int err;
   for (int s = S_INDEX; s <= S_LANDMARKS; s++)
     if ((err = check_crc(p, s))) return err;
   const fc_pack_info *in = &p->info;
-  p->index = (const uint32_t *)(p->map + p->off[S_INDEX]);
+  p->index = malloc((size_t)p->len[S_INDEX]);
+  if (!p->index) return fc_error_set(FC_ENOMEM, "pack %s: out of memory", p->path);
+  memcpy(p->index, p->map + p->off[S_INDEX], (size_t)p->len[S_INDEX]);
   const uint8_t *boxes = p->map + p->off[S_BOXES];
   const uint8_t *lm = p->map + p->off[S_LANDMARKS];
   uint32_t pf = 0, pc = 0;
