@@ -93,6 +93,12 @@ int fc_pack_get_clip(const fc_pack *p, int k, fc_pack_clip *out);
 int fc_pack_find_clip(const fc_pack *p, const char *name);
 /* Checks the CRCs of the bulk sections too (reads the whole file): 0 or FC_EFORMAT. */
 int fc_pack_verify(const fc_pack *p);
+/* This process's memory for the pack's mapping, from /proc/self/smaps (Linux): rss_kb counts
+ * its resident pages, pss_kb divides each page by the processes mapping it. The pages are
+ * shared, so Pss (summed over processes: what the machine holds) is the figure to report, not
+ * Rss. Reads a /proc file: for metrics and benchmarks, not per frame. 0, FC_EINVAL, or
+ * FC_EUNSUPPORTED where /proc/self/smaps cannot be read. */
+int fc_pack_resident(const fc_pack *p, int64_t *rss_kb, int64_t *pss_kb);
 
 #ifdef __cplusplus
 }

@@ -64,12 +64,14 @@
  * memory pressure the kernel drops and later re-reads them instead of swapping. Each process's
  * Rss counts the pages it has touched, but its Pss (its share) is Rss divided by the sharers.
  * LiveTalking keeps every decoded BGR frame (6.2 MB at 1080p) and crop in each process, 1.61 GB
- * per process. Access advice: the engine copies a whole frame at a time (3 MB, in order) and
- * steps from frame to frame, so the mapping keeps MADV_NORMAL: MADV_RANDOM would turn a cold
- * frame into ~760 single-page reads, and MADV_SEQUENTIAL would let reclaim ignore the accesses
- * of a hot, shared avatar. fc_pack_verify() reads every byte once through a mapping of its own
- * with MADV_SEQUENTIAL (larger read-ahead, nothing kept in the caller's Rss afterwards).
- * Measured figures are in docs/ARCHITECTURE.md.
+ * per process; four processes holding such a pack showed Rss 832 MB and Pss 208 MB each.
+ * Access advice: the engine copies a whole frame at a time (3 MB, in order) and steps from
+ * frame to frame, so the mapping keeps MADV_NORMAL: MADV_RANDOM turns a cold frame into ~760
+ * single-page reads (a cold pass over the avatar took 10.9 s instead of 0.6-1.4 s), and
+ * MADV_SEQUENTIAL was no faster and would let reclaim ignore the accesses of a hot, shared
+ * avatar. fc_pack_verify() reads every byte once through a mapping of its own with
+ * MADV_SEQUENTIAL (further read-ahead; unmapped afterwards, so the caller's Rss is unchanged).
+ * Figures: docs/BENCHMARKS.md, from `facecast bench pack`.
  */
 #include "facecast/pack.h"
 #include "facecast/error.h"
@@ -307,7 +309,9 @@ static const char *json_prescan(const char *s, size_t n) {
 }
 
 /* Parses JSON text that must be an object. Returns the parser (owner of *root) or NULL with a
- * reason in why. */
+ * reason in why. json-glib is lenient in ways that do not matter here (it keeps the last of
+ * duplicate keys, takes comments and single quotes): the header's CRC is what refuses a
+ * damaged header, and every field is then checked for type and range. */
 static JsonParser *json_object_parse(const char *s, size_t n, JsonNode **root, char *why,
                                      size_t wn) {
   const char *bad = NULL;
@@ -761,7 +765,7 @@ struct fc_pack {
   uint64_t off[S_COUNT], len[S_COUNT];
   uint32_t crc[S_COUNT];
   uint64_t item[S_COUNT]; /* bytes per stored item */
-  const uint32_t *index;
+  uint32_t *index;        /* a private copy of the index section (see check_small) */
   int nclips;
   fc_pack_clip clips[FC_PACK_MAX_CLIPS];
 };
@@ -770,6 +774,7 @@ void fc_pack_close(fc_pack *p) {
   if (!p) return;
   if (p->map) munmap(p->map, p->size);
   if (p->fd >= 0) close(p->fd);
+  free(p->index);
   free(p->path);
   g_free(p->meta);
   free(p);
@@ -1099,13 +1104,19 @@ static int check_crc(const fc_pack *p, int s) {
   return FC_OK;
 }
 
-/* The small per-frame sections: CRCs, then the index's shape, boxes and points. */
+/* The small per-frame sections: CRCs, then the index's shape, boxes and points.
+ * The index is the one thing accessors turn into addresses, so it is copied and the copy is
+ * checked: a shared mapping shows later writes to the file, and a pack rewritten in place
+ * (which the writer never does: it renames a new file into place) could then give wrong
+ * pixels, never an address outside the mapping. */
 static int check_small(fc_pack *p) {
   int err;
   for (int s = S_INDEX; s <= S_LANDMARKS; s++)
     if ((err = check_crc(p, s))) return err;
   const fc_pack_info *in = &p->info;
-  p->index = (const uint32_t *)(p->map + p->off[S_INDEX]);
+  p->index = malloc((size_t)p->len[S_INDEX]);
+  if (!p->index) return fc_error_set(FC_ENOMEM, "pack %s: out of memory", p->path);
+  memcpy(p->index, p->map + p->off[S_INDEX], (size_t)p->len[S_INDEX]);
   const uint8_t *boxes = p->map + p->off[S_BOXES];
   const uint8_t *lm = p->map + p->off[S_LANDMARKS];
   uint32_t pf = 0, pc = 0;
@@ -1228,6 +1239,28 @@ int fc_pack_find_clip(const fc_pack *p, const char *name) {
   for (int k = 0; k < p->nclips; k++)
     if (strcmp(p->clips[k].name, name) == 0) return k;
   return fc_error_set(FC_ENOTFOUND, "pack %s: no clip named '%.40s'", p->path, name);
+}
+
+int fc_pack_resident(const fc_pack *p, int64_t *rss_kb, int64_t *pss_kb) {
+  if (!p || !rss_kb || !pss_kb) return fc_error_set(FC_EINVAL, "pack: NULL argument");
+  *rss_kb = *pss_kb = 0;
+  FILE *f = fopen("/proc/self/smaps", "re");
+  if (!f)
+    return fc_error_set(FC_EUNSUPPORTED, "pack %s: /proc/self/smaps: %s", p->path,
+                        strerror(errno));
+  /* madvise on part of a mapping splits it into several areas: sum those inside it. */
+  uintptr_t lo = (uintptr_t)p->map, hi = lo + p->size;
+  char line[512];
+  int in = 0;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long a, b;
+    long long v;
+    if (sscanf(line, "%lx-%lx ", &a, &b) == 2) in = a >= lo && a < hi;
+    else if (in && sscanf(line, "Rss: %lld", &v) == 1) *rss_kb += v;
+    else if (in && sscanf(line, "Pss: %lld", &v) == 1) *pss_kb += v;
+  }
+  fclose(f);
+  return FC_OK;
 }
 
 int fc_pack_verify(const fc_pack *p) {

@@ -26,7 +26,9 @@ static void bench_usage(FILE *f) {
         "       facecast bench serve [--sessions N[,N...]] [--seconds S] [--talking FRACTION]\n"
         "                            [--size N|WxH] [--avatar IMG] [--json]\n"
         "       facecast bench model --checkpoint FILE [--device cpu|cuda] [--dtype fp32|fp16|bf16]\n"
-        "                            [--batches 1,4,8,16,...] [--seconds S] [--json]\n",
+        "                            [--batches 1,4,8,16,...] [--seconds S] [--json]\n"
+        "       facecast bench pack [--frames N] [--size WxH] [--processes P] [--runs R]\n"
+        "                           [--dir DIR]\n",
         f);
 }
 
@@ -370,11 +372,12 @@ int fc_cmd_bench(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "render") == 0) return bench_render(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "serve") == 0) return bench_serve(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "model") == 0) return bench_model(argc - 1, argv + 1);
+  if (argc >= 2 && strcmp(argv[1], "pack") == 0) return fc_bench_pack(argc - 1, argv + 1);
   if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
     bench_usage(stdout);
     return FC_EXIT_OK;
   }
-  fprintf(stderr, "facecast: error: bench: expected a benchmark name (render, serve, model)\n");
+  fprintf(stderr, "facecast: error: bench: expected a benchmark name (render, serve, model, pack)\n");
   bench_usage(stderr);
   return FC_EXIT_INPUT;
 }

@@ -1,0 +1,303 @@
+/* facecast bench pack: what an avatar pack costs on this machine (recorded in
+ * docs/BENCHMARKS.md).
+ *
+ * Writes a synthetic avatar (default: 250 distinct 1920x1080 frames, crops at 96 and 256, the
+ * size of a 10 s 1080p avatar) and the same avatar as a photo (one frame repeated), then
+ * measures: writing, opening, fc_pack_verify warm and cold, an in-order pass over every
+ * frame's I420 and crops as the engine reads them (cold, under each madvise advice, and warm),
+ * and N processes that each play the whole avatar and hold it (Rss and Pss of each mapping,
+ * and what the page cache holds). "Cold" means the file's pages were dropped from the page
+ * cache with POSIX_FADV_DONTNEED first, which needs no privileges; on tmpfs nothing can be
+ * dropped, so --dir should name a directory on a disk. Both files are removed at the end. */
+#include "cli/cli.h"
+#include "facecast/error.h"
+#include "facecast/pack.h"
+
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+
+enum { CROP0 = 96, CROP1 = 256 };
+
+/* Writes n frames of w x h; photo: the same picture every time. */
+static int write_avatar(const char *path, int w, int h, int n, int photo) {
+  fc_pack_info in = {.width = w, .height = h, .fps_num = 25, .fps_den = 1, .frames = n,
+                     .ncrops = 2, .crop_size = {CROP0, CROP1}};
+  snprintf(in.id, sizeof in.id, "bench");
+  int err;
+  fc_pack_writer *wr = fc_pack_writer_create(path, &in, "{\"source\":\"facecast bench pack\"}",
+                                             &err);
+  if (!wr) return err;
+  size_t fb = (size_t)w * h * 3 / 2;
+  uint8_t *f = malloc(fb), *c0 = malloc(CROP0 * CROP0 * 4), *c1 = malloc(CROP1 * CROP1 * 4);
+  if (!f || !c0 || !c1) err = fc_error_set(FC_ENOMEM, "bench pack: out of memory");
+  for (int i = 0; i < n && !err; i++) {
+    uint32_t s = photo ? 1 : (uint32_t)i + 1; /* a cheap pattern that differs per frame */
+    for (size_t k = 0; k < fb; k += 64) {
+      s = s * 1103515245u + 12345u;
+      memset(f + k, (int)(s >> 16), fb - k < 64 ? fb - k : 64);
+    }
+    memset(c0, photo ? 0 : i, CROP0 * CROP0 * 4);
+    memset(c1, photo ? 0 : i, CROP1 * CROP1 * 4);
+    fc_pack_frame fr = {.i420 = f, .box = {w / 3, h / 4, w / 4, h / 3},
+                        .crop = {c0, c1}, .mask = {c0 + CROP0 * CROP0 * 3, c1 + CROP1 * CROP1 * 3}};
+    for (int k = 0; k < FC_LANDMARKS; k++) fr.landmarks[k] = (fc_point){w / 2.0f + k, h / 2.0f};
+    err = fc_pack_writer_add_frame(wr, &fr);
+  }
+  if (!err) err = fc_pack_writer_finish(wr);
+  fc_pack_writer_destroy(wr);
+  free(f);
+  free(c0);
+  free(c1);
+  return err;
+}
+
+static long long file_bytes(const char *path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  long long n = fd >= 0 ? (long long)lseek(fd, 0, SEEK_END) : -1;
+  if (fd >= 0) close(fd);
+  return n;
+}
+
+static void drop_cache(const char *path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  close(fd);
+}
+
+/* kB of the file in the page cache (mincore over a mapping of its own). */
+static long long cached_kb(const char *path) {
+  long long n = file_bytes(path), pages = (n + 4095) / 4096, c = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  void *m = fd >= 0 && n > 0 ? mmap(NULL, (size_t)n, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+  unsigned char *v = malloc(pages > 0 ? (size_t)pages : 1);
+  if (m != MAP_FAILED && v && mincore(m, (size_t)n, v) == 0)
+    for (long long i = 0; i < pages; i++) c += v[i] & 1;
+  free(v);
+  if (m != MAP_FAILED) munmap(m, (size_t)n);
+  if (fd >= 0) close(fd);
+  return c * 4;
+}
+
+/* Copies every frame's I420, crops and masks in order into dst, as the engine reads them. */
+static void pass(const fc_pack *p, uint8_t *dst) {
+  const fc_pack_info *in = fc_pack_get_info(p);
+  size_t fb = (size_t)in->width * in->height * 3 / 2;
+  fc_pack_frame f;
+  for (int i = 0; i < in->frames; i++) {
+    fc_pack_get_frame(p, i, &f);
+    memcpy(dst, f.i420, fb);
+    memcpy(dst + fb, f.crop[0], CROP0 * CROP0 * 3);
+    memcpy(dst + fb, f.mask[0], CROP0 * CROP0);
+    memcpy(dst + fb, f.crop[1], CROP1 * CROP1 * 3);
+    memcpy(dst + fb, f.mask[1], CROP1 * CROP1);
+  }
+}
+
+/* One pass over a fresh open, advice >= 0 applied to the bulk sections first. Seconds, or
+ * -1. */
+static double play(const char *path, int advice, uint8_t *dst) {
+  int err;
+  fc_pack *p = fc_pack_open(path, &err);
+  if (!p) return -1;
+  fc_pack_frame f, last;
+  fc_pack_get_frame(p, 0, &f);
+  fc_pack_get_frame(p, fc_pack_get_info(p)->frames - 1, &last);
+  if (advice >= 0) /* frames .. the last mask: every bulk section but the audio */
+    madvise((void *)f.i420, (size_t)(last.mask[1] + CROP1 * CROP1 - f.i420), advice);
+  double t = fc_cli_now();
+  pass(p, dst);
+  t = fc_cli_now() - t;
+  fc_pack_close(p);
+  return t;
+}
+
+/* A CRC over the whole file through a mapping of its own with advice, as fc_pack_verify reads
+ * it (which uses MADV_SEQUENTIAL). Seconds, or -1. */
+static double crc_pass(const char *path, int advice) {
+  long long n = file_bytes(path);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  uint8_t *m = fd >= 0 && n > 0 ? mmap(NULL, (size_t)n, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+  if (fd >= 0) close(fd);
+  if (m == MAP_FAILED) return -1;
+  madvise(m, (size_t)n, advice);
+  double t = fc_cli_now();
+  volatile uLong crc = crc32_z(0, m, (z_size_t)n);
+  (void)crc;
+  t = fc_cli_now() - t;
+  munmap(m, (size_t)n);
+  return t;
+}
+
+/* nproc processes each play the whole avatar, then report their mapping's Rss and Pss while
+ * all of them still hold it. */
+static int shared_use(const char *path, int nproc, uint8_t *dst) {
+  int up[2], down[2];
+  if (pipe(up) || pipe(down)) return fc_error_set(FC_EIO, "bench pack: pipe failed");
+  pid_t pid[64];
+  int started = 0;
+  for (; started < nproc; started++) {
+    pid[started] = fork();
+    if (pid[started] < 0) break;
+    if (pid[started] == 0) {
+      int64_t v[2] = {0, 0};
+      char c;
+      int err;
+      fc_pack *p = fc_pack_open(path, &err);
+      if (!p) _exit(1);
+      pass(p, dst);
+      if (write(up[1], "r", 1) != 1 || read(down[0], &c, 1) != 1) _exit(1);
+      if (fc_pack_resident(p, &v[0], &v[1]) != FC_OK) _exit(1);
+      if (write(up[1], v, sizeof v) != sizeof v || read(down[0], &c, 1) != 1) _exit(1);
+      fc_pack_close(p);
+      _exit(0);
+    }
+  }
+  char c;
+  int ok = started == nproc;
+  for (int k = 0; ok && k < nproc; k++) ok = read(up[0], &c, 1) == 1;
+  for (int k = 0; ok && k < nproc; k++) ok = write(down[1], "g", 1) == 1;
+  for (int k = 0; ok && k < nproc; k++) {
+    int64_t v[2];
+    ok = read(up[0], v, sizeof v) == sizeof v;
+    if (ok)
+      printf("  process %d of %d: pack mapping Rss %lld kB, Pss %lld kB\n", k + 1, nproc,
+             (long long)v[0], (long long)v[1]);
+  }
+  if (ok) printf("  page cache holding the pack: %lld kB\n", cached_kb(path));
+  for (int k = 0; k < started; k++) {
+    if (write(down[1], "x", 1) != 1) ok = 0;
+  }
+  for (int k = 0; k < started; k++) waitpid(pid[k], NULL, 0);
+  close(up[0]);
+  close(up[1]);
+  close(down[0]);
+  close(down[1]);
+  return ok ? FC_OK : fc_error_set(FC_EIO, "bench pack: a measuring process failed");
+}
+
+static void pack_usage(FILE *f) {
+  fputs("usage: facecast bench pack [--frames N] [--size WxH] [--processes P] [--runs R]\n"
+        "                           [--dir DIR]\n",
+        f);
+}
+
+int fc_bench_pack(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"frames", required_argument, 0, 'n'}, {"size", required_argument, 0, 's'},
+      {"processes", required_argument, 0, 'p'}, {"runs", required_argument, 0, 'r'},
+      {"dir", required_argument, 0, 'd'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+  int frames = 250, w = 1920, h = 1080, nproc = 4, runs = 3, c, err;
+  const char *dir = ".";
+  optind = 1;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+    case 'n': frames = atoi(optarg); break;
+    case 's':
+      if ((err = fc_cli_parse_size(optarg, &w, &h))) return fc_cli_fail(err);
+      break;
+    case 'p': nproc = atoi(optarg); break;
+    case 'r': runs = atoi(optarg); break;
+    case 'd': dir = optarg; break;
+    case 'h': pack_usage(stdout); return FC_EXIT_OK;
+    default: pack_usage(stderr); return FC_EXIT_INPUT;
+    }
+  }
+  if (frames < 1 || frames > 100000 || nproc < 1 || nproc > 64 || runs < 1 || runs > 20) {
+    fprintf(stderr, "facecast: error: bench pack: --frames 1..100000, --processes 1..64, "
+                    "--runs 1..20\n");
+    return FC_EXIT_INPUT;
+  }
+  char path[4096], photo[4096];
+  snprintf(path, sizeof path, "%s/bench-%d.fcpack", dir, (int)getpid());
+  snprintf(photo, sizeof photo, "%s/bench-%d-photo.fcpack", dir, (int)getpid());
+  size_t fb = (size_t)w * h * 3 / 2;
+  uint8_t *dst = malloc(fb + CROP1 * CROP1 * 3);
+  if (!dst) return fc_cli_fail(fc_error_set(FC_ENOMEM, "bench pack: out of memory"));
+  memset(dst, 1, fb + CROP1 * CROP1 * 3);
+  fc_pack *p = NULL;
+
+  printf("avatar: %d frames of %dx%d (%zu bytes of I420 each), crops %d and %d\n", frames, w, h,
+         fb, CROP0, CROP1);
+  double t = fc_cli_now();
+  if ((err = write_avatar(path, w, h, frames, 0))) goto fail;
+  printf("write, every frame distinct: %.2f s, %lld bytes\n", fc_cli_now() - t, file_bytes(path));
+  t = fc_cli_now();
+  if ((err = write_avatar(photo, w, h, frames, 1))) goto fail;
+  printf("write, one picture (a photo avatar): %.3f s, %lld bytes\n", fc_cli_now() - t,
+         file_bytes(photo));
+  unlink(photo);
+
+  double best = 1e9;
+  for (int k = 0; k < 20; k++) {
+    t = fc_cli_now();
+    p = fc_pack_open(path, &err);
+    t = fc_cli_now() - t;
+    if (!p) goto fail;
+    if (t < best) best = t;
+    fc_pack_close(p);
+  }
+  p = NULL;
+  printf("open (warm, best of 20): %.3f ms\n", best * 1e3);
+  for (int cold = 0; cold < 2; cold++) {
+    if (cold) drop_cache(path);
+    long long cached = cached_kb(path);
+    if (!(p = fc_pack_open(path, &err))) goto fail;
+    t = fc_cli_now();
+    if ((err = fc_pack_verify(p))) goto fail;
+    printf("verify, %s: %.3f s (%lld kB cached before)\n", cold ? "cold" : "warm",
+           fc_cli_now() - t, cached);
+    fc_pack_close(p);
+    p = NULL;
+  }
+
+  /* Runs alternate between the advices, so a slow spell of the disk hits each alike. */
+  static const struct {
+    const char *name;
+    int advice, random; /* random: one run only (it is slow) */
+  } adv[] = {{"MADV_NORMAL", MADV_NORMAL, 0}, {"MADV_SEQUENTIAL", MADV_SEQUENTIAL, 0},
+             {"MADV_RANDOM", MADV_RANDOM, 1}};
+  for (int what = 0; what < 2; what++) {
+    double lo[3] = {1e9, 1e9, 1e9}, hi[3] = {0};
+    for (int k = 0; k < runs; k++)
+      for (int a = 0; a < 3; a++) {
+        if (adv[a].random && (k > 0 || what == 1)) continue;
+        drop_cache(path);
+        double s = what ? crc_pass(path, adv[a].advice) : play(path, adv[a].advice, dst);
+        if (s < 0) goto fail_open;
+        lo[a] = s < lo[a] ? s : lo[a];
+        hi[a] = s > hi[a] ? s : hi[a];
+      }
+    for (int a = 0; a < 3; a++)
+      if (hi[a] > 0)
+        printf("%s, cold, %s: %.2f-%.2f s (%d run%s)\n",
+               what ? "whole-file CRC (verify's reading)" : "in-order pass over every frame "
+               "and crop (the engine's reading)", adv[a].name, lo[a], hi[a],
+               adv[a].random ? 1 : runs, adv[a].random || runs == 1 ? "" : "s");
+  }
+  play(path, -1, dst);
+  double s = play(path, -1, dst);
+  if (s < 0) goto fail_open;
+  printf("in-order pass over every frame and crop, warm: %.3f s (%.0f us a frame)\n", s,
+         s * 1e6 / frames);
+  if ((err = shared_use(path, nproc, dst))) goto fail;
+  unlink(path);
+  free(dst);
+  return FC_EXIT_OK;
+fail_open:
+  err = fc_error_set(FC_EIO, "bench pack: %s could not be reopened", path);
+fail:
+  fc_pack_close(p);
+  unlink(path);
+  unlink(photo);
+  free(dst);
+  return fc_cli_fail(err);
+}
