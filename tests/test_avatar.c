@@ -3,6 +3,9 @@
 #include "facecast/error.h"
 #include "fc_test.h"
 
+#include <math.h>
+#include <stdio.h>
+
 #include <string.h>
 #include <unistd.h>
 
@@ -58,6 +61,25 @@ static void test_full_framing_and_sizes(void) {
   FC_CHECK_INT(err, ==, FC_EINVAL);
 }
 
+/* A photo avatar carries dlib's 68 points (libdlib-data is installed by scripts/deps.sh): the
+ * lips' points agree with the mouth found from colour, and the jaw is below them. */
+static void test_photo_landmarks(void) {
+  int err;
+  fc_avatar_params p = fc_avatar_params_default();
+  p.framing = FC_FRAMING_HEAD;
+  fc_avatar *av = fc_avatar_create_from_image(fc_avatar_default_path(), &p, &err);
+  FC_REQUIRE(av);
+  const fc_point *pt = fc_avatar_landmarks(av, 0);
+  FC_REQUIRE(pt != NULL);
+  const fc_mouth_geom *m = fc_avatar_mouth(av, 0);
+  float cx = (pt[48].x + pt[54].x) / 2, cy = (pt[62].y + pt[66].y) / 2;
+  fprintf(stderr, "  lips from landmarks %.0f,%.0f; from colour %.0f,%.0f (half width %.0f)\n", cx,
+          cy, m->cx, m->cy, m->half_w);
+  FC_CHECK(fabsf(cx - m->cx) < 0.3f * m->half_w && fabsf(cy - m->cy) < 0.3f * m->half_w);
+  FC_CHECK(pt[8].y > cy + 0.5f * m->half_w);
+  fc_avatar_destroy(av);
+}
+
 static void test_bad_inputs(void) {
   char dir[] = "/tmp/fc_avatar_XXXXXX", path[128];
   FC_REQUIRE(mkdtemp(dir));
@@ -91,6 +113,7 @@ static void test_bad_inputs(void) {
 int main(void) {
   FC_RUN(test_default_head_framing);
   FC_RUN(test_full_framing_and_sizes);
+  FC_RUN(test_photo_landmarks);
   FC_RUN(test_bad_inputs);
   FC_TEST_EXIT();
 }

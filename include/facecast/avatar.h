@@ -12,6 +12,7 @@
 #define FACECAST_AVATAR_H
 
 #include "facecast/image.h"
+#include "facecast/landmarks.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -76,6 +77,9 @@ const fc_image *fc_avatar_face_region(const fc_avatar *av, int i, fc_rect *where
 const uint8_t *fc_avatar_frame_i420(const fc_avatar *av, int i);
 fc_rect fc_avatar_face(const fc_avatar *av, int i);
 const fc_mouth_geom *fc_avatar_mouth(const fc_avatar *av, int i);
+/* Frame i's 68 landmarks (dlib's order, frame pixels), or NULL when the avatar has none (a
+ * photo on a machine without dlib's model file). */
+const fc_point *fc_avatar_landmarks(const fc_avatar *av, int i);
 /* The face box found in the source picture, before framing. */
 fc_rect fc_avatar_source_face(const fc_avatar *av);
 

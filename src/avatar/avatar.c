@@ -28,6 +28,7 @@ struct fc_avatar {
   uint8_t **i420; /* owned, or pointers into pack's mapping */
   fc_pack *pack;  /* an avatar opened from a pack (fc_avatar_open_pack) */
   fc_rect *faces;
+  fc_point *landmarks; /* 68 per frame, or NULL (a photo when the shape model is not installed) */
   fc_mouth_geom *mouths;
   fc_rect source_face;
 };
@@ -222,8 +223,29 @@ void fc_avatar_destroy(fc_avatar *av) {
   free(av->where);
   free(av->i420);
   free(av->faces);
+  free(av->landmarks);
   free(av->mouths);
   free(av);
+}
+
+/* A photo's 68 landmarks, when dlib's model is installed (the lip-sync backends fall back to
+ * the mouth geometry without them). The model is loaded, used once and dropped: it is 65 MB of
+ * trees that a server would otherwise hold for nothing. */
+static void photo_landmarks(fc_avatar *av) {
+  int e;
+  fc_shape_model *m = fc_shape_model_load(fc_shape_model_default_path(), &e);
+  uint8_t *gray = m ? malloc((size_t)av->w * av->h) : NULL;
+  if (gray && (av->landmarks = malloc(FC_LANDMARKS * sizeof *av->landmarks))) {
+    fc_rgb_to_gray_dlib(&av->frames[0], gray);
+    if (fc_shape_predict(m, gray, av->w, av->h, av->w, fc_dlib_box_from_haar(av->faces[0]),
+                         av->landmarks) != 0) {
+      free(av->landmarks);
+      av->landmarks = NULL;
+    }
+  }
+  free(gray);
+  fc_shape_model_destroy(m);
+  fc_error_clear(); /* a missing model is not this call's error */
 }
 
 fc_avatar *fc_avatar_create_from_image(const char *path, const fc_avatar_params *p, int *err) {
@@ -279,6 +301,7 @@ fc_avatar *fc_avatar_create_from_image(const char *path, const fc_avatar_params 
   av->faces[0] = (fc_rect){(int)lround((face.x - crop.x) * sx), (int)lround((face.y - crop.y) * sy),
                            (int)lround(face.w * sx), (int)lround(face.h * sy)};
   locate_mouth(&av->frames[0], av->faces[0], &av->mouths[0]);
+  photo_landmarks(av);
 
   size_t ysz = (size_t)av->w * av->h;
   if (!(av->i420[0] = malloc(ysz * 3 / 2))) goto oom;
@@ -349,7 +372,9 @@ fc_avatar *fc_avatar_open_pack(const char *path_or_id, int *err) {
   av->i420 = calloc((size_t)av->n_frames, sizeof *av->i420);
   av->faces = calloc((size_t)av->n_frames, sizeof *av->faces);
   av->mouths = calloc((size_t)av->n_frames, sizeof *av->mouths);
-  if (!av->frames || !av->where || !av->i420 || !av->faces || !av->mouths) goto oom;
+  av->landmarks = calloc((size_t)av->n_frames * FC_LANDMARKS, sizeof *av->landmarks);
+  if (!av->frames || !av->where || !av->i420 || !av->faces || !av->mouths || !av->landmarks)
+    goto oom;
   size_t ysz = (size_t)av->w * av->h;
   for (int i = 0; i < av->n_frames; i++) {
     fc_pack_frame f;
@@ -357,6 +382,7 @@ fc_avatar *fc_avatar_open_pack(const char *path_or_id, int *err) {
     av->i420[i] = (uint8_t *)f.i420; /* read-only mapping: never written through */
     av->faces[i] = f.box;
     mouth_from_landmarks(f.landmarks, f.box, &av->mouths[i]);
+    memcpy(av->landmarks + (size_t)i * FC_LANDMARKS, f.landmarks, sizeof f.landmarks);
     /* The lip-sync backends read pixels only around the face: from half a box left of it to
      * half a box right, a quarter above, down to the neck (the jaw moves). That region is kept
      * as RGB, privately (about 14 box-widths² bytes a frame); the whole frame stays I420 in the
@@ -410,3 +436,6 @@ const fc_mouth_geom *fc_avatar_mouth(const fc_avatar *av, int i) {
   return &av->mouths[ping_pong(i, av->n_frames)];
 }
 fc_rect fc_avatar_source_face(const fc_avatar *av) { return av->source_face; }
+const fc_point *fc_avatar_landmarks(const fc_avatar *av, int i) {
+  return av->landmarks ? av->landmarks + (size_t)ping_pong(i, av->n_frames) * FC_LANDMARKS : NULL;
+}
