@@ -263,26 +263,33 @@ static void test_deadline_order(void) {
 }
 
 /* (2a) The controller alone, fed exact batch times a·n + b (+ a small deterministic jitter):
- * from the maximum and from 1 it settles at the largest size whose time fits the target. */
+ * from the maximum and from 1 it settles at the largest size whose time fits the target, and
+ * once settled never tries a larger one. */
 static void converge(double a, double b, double jitter, int start_oom, int want) {
   const double target = 40;
   sched_ctl c;
-  FC_REQUIRE(ctl_init(&c, 16, 50, 40) == 0);
+  FC_REQUIRE(ctl_init(&c, 16, target) == 0);
   if (start_oom) { /* from 1: an OOM at 2, then the hold must run out before growing */
     ctl_oom(&c, 2);
     FC_CHECK_INT(ctl_limit(&c, 16), ==, 1);
   }
   uint32_t r = 12345;
+  int above = 0;
   for (int i = 0; i < 2000; i++) {
     int n = ctl_limit(&c, 16);
     r = r * 1103515245u + 12345u;
     ctl_batch_done(&c, n, n, a * n + b + jitter * (r >> 16) / 65536.0);
     if (i == 100 && start_oom) FC_CHECK_INT(ctl_limit(&c, 16), ==, 1); /* held */
+    above += i >= 1000 && n > want;
   }
   FC_CHECK_INT(ctl_limit(&c, 16), ==, want);
+  FC_CHECK_INT(above, ==, 0);
   double p50, p95;
   ctl_window_pct(&c, &p50, &p95);
   if (a + b <= target) FC_CHECK(p95 <= target);
+  /* One outlier at the settled size moves nothing (the p95 of 32 batches decides). */
+  ctl_batch_done(&c, want, want, 10 * target);
+  FC_CHECK_INT(ctl_limit(&c, 16), ==, want);
   ctl_free(&c);
 }
 
@@ -342,29 +349,31 @@ static int refill_flood(refill *r) {
   return n;
 }
 
-/* (2b) Threads and a real clock: cost 10·n + 5 ms, budget 50 ms (target 40): the limit settles
- * at 3 (35 ms; 4 would take 45). */
+/* (2b) Threads and a real clock: cost 50·n + 10 ms, budget 250 ms (target 200): the limit
+ * comes down from 16 and settles at 3 (160 ms; 4 would take 210). Scheduling noise only adds
+ * time: the 40 ms between 3's time and the target absorb most of it, and where a loaded
+ * machine really makes batches of 3 too slow the limit rightly drops for a while; it never
+ * rises past 3 except for a one-batch probe of 4. Exact convergence is (2a)'s job. */
 static void test_adaptive_converges(void) {
   fake_dev f;
-  fc_sched *s = one_device(&f, 10, 5, (fc_sched_params){.max_batch = 16, .budget_ms = 50});
+  fc_sched *s = one_device(&f, 50, 10, (fc_sched_params){.max_batch = 16, .budget_ms = 250});
   FC_REQUIRE(s);
-  refill r = {.left = 150, .ahead_ns = 10000 * MS};
+  refill r = {.left = 75, .ahead_ns = 10000 * MS};
   FC_REQUIRE((r.c = add_client(s, FC_SCHED_LIVE, refill_done, &r, 64)));
   refill_start(&r, 24);
-  FC_CHECK(wait_done(174, 20));
+  FC_CHECK(wait_done(99, 20));
   fc_sched_stats st;
   FC_CHECK(fc_sched_stats_get(s, 0, &st) == 0);
   fc_sched_destroy(s);
   FC_CHECK(r.left == 0);
-  int at3 = 0, tail = 30;
-  FC_REQUIRE(f.n_sizes > tail + 10);
-  for (int i = f.n_sizes - tail; i < f.n_sizes; i++) {
-    FC_CHECK_INT(f.sizes[i], <=, 3);
-    at3 += f.sizes[i] == 3;
-  }
-  FC_CHECK_INT(at3, >=, tail * 2 / 3);
-  FC_CHECK(st.limit >= 2 && st.limit <= 3);
-  FC_CHECK(st.p50_ms >= 30 && st.p50_ms <= 50);
+  int count[17] = {0}, tail = 20;
+  FC_REQUIRE(f.n_sizes > tail + 2);
+  for (int i = f.n_sizes - tail; i < f.n_sizes; i++) count[f.sizes[i]]++;
+  FC_CHECK_INT(count[3], >=, tail / 3); /* all of them on a quiet machine */
+  FC_CHECK_INT(count[4], <=, 2);
+  FC_CHECK_INT(count[1] + count[2] + count[3] + count[4], ==, tail);
+  FC_CHECK(st.limit >= 1 && st.limit <= 4);
+  FC_CHECK(st.p50_ms <= 250);
   fprintf(stderr, "  converged: limit %d, p50 %.1f ms, p95 %.1f ms, %llu batches, mean %.2f\n",
           st.limit, st.p50_ms, st.p95_ms, (unsigned long long)st.batches, st.mean_batch);
   fake_fini(&f);
@@ -516,48 +525,57 @@ static void sessions_run(session *ss, int n) {
   for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
 }
 
-static int sessions_add(fc_sched *s, session *ss, int n, int frames) {
+static int sessions_add(fc_sched *s, session *ss, int n, int frames, int ahead_ms) {
   for (int i = 0; i < n; i++) {
-    ss[i] = (session){.s = s, .frames = frames, .phase_ms = i * 40 / n, .ahead_ms = 200};
+    ss[i] = (session){.s = s, .frames = frames, .phase_ms = i * 40 / n,
+                       .ahead_ms = ahead_ms};
     if (!(ss[i].c = add_client(s, FC_SCHED_LIVE, session_done, &ss[i], 0))) return 0;
   }
   return 1;
 }
 
-/* (4) Six sessions at 25 fps on a device that can take them: every frame on time, and the mean
- * latency of the best- and worst-served session within 30 ms of each other. */
+/* (4) Six sessions at 25 fps (independent threads and phases) on a device that can take them
+ * (about 60 % busy): all frames served, the mean latency of the best- and worst-served session
+ * within 30 ms of each other, and lateness, if a loaded machine causes any, spread alike. When
+ * the machine overloads the device, latencies grow for everyone: then the bounds are a quarter
+ * of the worst. */
 static void test_fairness(void) {
   fake_dev f;
-  fc_sched *s = one_device(&f, 2, 8, (fc_sched_params){.max_batch = 4});
+  fc_sched *s = one_device(&f, 2, 4, (fc_sched_params){.max_batch = 4});
   FC_REQUIRE(s);
   static session ss[6];
-  FC_REQUIRE(sessions_add(s, ss, 6, 40));
+  FC_REQUIRE(sessions_add(s, ss, 6, 40, 200));
   sessions_run(ss, 6);
   FC_CHECK(wait_done(240, 10));
   fc_sched_destroy(s);
   double lo = 1e9, hi = 0;
+  int late_lo = 40, late_hi = 0;
   for (int i = 0; i < 6; i++) {
     FC_CHECK_INT(ss[i].submit_errors, ==, 0);
     FC_CHECK_INT(ss[i].completed, ==, 40);
-    FC_CHECK_INT(ss[i].late, ==, 0);
     double mean = ss[i].lat_sum_ms / (ss[i].completed ? ss[i].completed : 1);
     lo = mean < lo ? mean : lo;
     hi = mean > hi ? mean : hi;
+    late_lo = ss[i].late < late_lo ? ss[i].late : late_lo;
+    late_hi = ss[i].late > late_hi ? ss[i].late : late_hi;
   }
-  fprintf(stderr, "  mean latency per session: %.1f .. %.1f ms\n", lo, hi);
-  FC_CHECK(hi - lo <= 30);
+  fprintf(stderr, "  mean latency per session: %.1f .. %.1f ms, late frames %d .. %d\n", lo, hi,
+          late_lo, late_hi);
+  FC_CHECK(hi - lo <= 30 || hi - lo <= hi / 4);
+  FC_CHECK(late_hi - late_lo <= 4 || late_hi - late_lo <= late_hi / 4);
   fake_fini(&f);
 }
 
 /* (5) A bulk flood (holding every bulk slot, deadlines earlier than the sessions') does not
- * make four live sessions late, and still progresses; then, on a device saturated by live work,
+ * make four live sessions late (300 ms deadlines; a frame takes about 25 ms), and still
+ * progresses; then, on a device saturated by live work,
  * ageing still seats bulk requests. */
 static void test_no_starvation(void) {
   fake_dev f;
   fc_sched *s = one_device(&f, 1, 4, (fc_sched_params){.max_batch = 8, .queue_cap = 64});
   FC_REQUIRE(s);
   static session ss[4];
-  FC_REQUIRE(sessions_add(s, ss, 4, 25));
+  FC_REQUIRE(sessions_add(s, ss, 4, 25, 300));
   refill flood = {.left = 1000000, .ahead_ns = 0};
   FC_REQUIRE((flood.c = add_client(s, FC_SCHED_BULK, refill_done, &flood, 1000)));
   FC_CHECK_INT(refill_flood(&flood), >=, 32); /* the bulk half of 64 slots, and refills */

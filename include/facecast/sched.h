@@ -18,10 +18,11 @@
  *    → max_batch; 0.70 to 0.90 → max_batch / 2; above 0.90 → max_batch / 4 (no probe, or a
  *    probe error: max_batch);
  *  - latency limit (starts at max_batch): batch times are kept per batch size (the last 32);
- *    when the p95 at a size exceeds target = budget_ms × (1 − margin), or a single batch exceeds
- *    budget_ms, the limit drops below that size in proportion (n × target / p95); when full
- *    batches at the limit have p95 + the per-frame cost (least-squares slope of the last 64
- *    batches) within the target for 8 batches in a row, it grows by one (AIMD);
+ *    when their p95 at a size exceeds target = budget_ms × (1 − margin) (at a size with fewer
+ *    than 4 batches yet: any one batch over the target), the limit drops below that size in
+ *    proportion (n × target / p95); when full batches at the limit have p95 + the per-frame
+ *    cost (least-squares slope of the last 64 batches) within the target 8 batches in a row,
+ *    it grows by one (AIMD);
  *  - out of device memory: a batch whose run returns FC_ENOMEM is put back in the queue whole
  *    (deadlines and order kept) and the latency limit halves (n / 2); the failed size is then
  *    not tried again for 256 successful batches. A single-request batch that returns FC_ENOMEM
@@ -44,7 +45,7 @@
  * time per device, with no scheduler lock held. done is called exactly once per accepted
  * request, with no scheduler lock held: on the worker thread, except for requests cancelled by
  * fc_sched_client_remove (on the thread that calls it, before it returns). done may call
- * fc_sched_submit and fc_sched_stats; it must not call fc_sched_client_remove or
+ * fc_sched_submit and fc_sched_stats_get; it must not call fc_sched_client_remove or
  * fc_sched_destroy (the server posts completions to its own loop). When a call returns an error
  * no callback is called for it (libuv's rule). The other functions may be called from any
  * thread.
@@ -135,7 +136,8 @@ typedef struct fc_sched_stats {
 
 /* Starts one worker per device. NULL and *err on failure (FC_EINVAL, FC_ENOMEM). */
 fc_sched *fc_sched_create(const fc_sched_params *p, int *err);
-/* See Shutdown. NULL is a no-op. Not from a done callback. */
+/* See Shutdown. NULL is a no-op. Not from a done callback, nor while another thread is in
+ * fc_sched_client_remove. */
 void fc_sched_destroy(fc_sched *s);
 int fc_sched_device_count(const fc_sched *s);
 

@@ -16,10 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-int ctl_init(sched_ctl *c, int max_batch, double budget_ms, double target_ms) {
+int ctl_init(sched_ctl *c, int max_batch, double target_ms) {
   memset(c, 0, sizeof *c);
   c->max_batch = max_batch;
-  c->budget_ms = budget_ms;
   c->target_ms = target_ms;
   c->limit = max_batch;
   c->ceiling = max_batch;
@@ -104,8 +103,10 @@ void ctl_batch_done(sched_ctl *c, int n, int eff_limit, double ms) {
   if (c->win_n < CTL_WINDOW) c->win_n++;
   if (c->oom_hold > 0 && --c->oom_hold == 0) c->ceiling = c->max_batch;
 
-  /* Too few samples at this size: only a batch over the whole budget counts alone. */
-  double p = r->n >= CTL_MIN_SAMPLES ? quantile(r->ms, r->n, 0.95) : ms > c->budget_ms ? ms : -1;
+  /* A size with few batches yet is on probation: one batch over the target ends it (a growth
+   * probe costs one slow batch, not CTL_MIN_SAMPLES of them). Afterwards the p95 decides, so one
+   * outlier at an established size moves nothing. */
+  double p = r->n >= CTL_MIN_SAMPLES ? quantile(r->ms, r->n, 0.95) : ms > c->target_ms ? ms : -1;
   if (p > c->target_ms) {
     int to = (int)(n * c->target_ms / p);
     if (to > n - 1) to = n - 1;

@@ -31,7 +31,7 @@ typedef struct ctl_ring {
 
 typedef struct sched_ctl {
   int max_batch;
-  double budget_ms, target_ms;
+  double target_ms;
   int limit;       /* the latency limit, 1..max_batch */
   int ceiling;     /* sizes above it ran out of memory lately; max_batch when none */
   int oom_hold;    /* successful batches left before the ceiling lifts */
@@ -44,7 +44,7 @@ typedef struct sched_ctl {
   int win_n, win_pos;
 } sched_ctl;
 
-int ctl_init(sched_ctl *c, int max_batch, double budget_ms, double target_ms);
+int ctl_init(sched_ctl *c, int max_batch, double target_ms);
 void ctl_free(sched_ctl *c);
 /* The headroom rule: the batch cap for a used-memory fraction (negative: unknown). */
 int ctl_mem_cap(int max_batch, double frac);

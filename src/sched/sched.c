@@ -65,7 +65,7 @@ static int dev_init(fc_sched *s, sched_dev *d, int index, const fc_sched_device 
   d->bulk_cap = (p->queue_cap + 1) / 2;
   if ((err = pool_init(&d->pool, p->queue_cap)) || (err = heap_init(&d->q[0], p->queue_cap)) ||
       (err = heap_init(&d->q[1], p->queue_cap)) ||
-      (err = ctl_init(&d->ctl, p->max_batch, p->budget_ms, p->budget_ms * (1 - p->margin))))
+      (err = ctl_init(&d->ctl, p->max_batch, p->budget_ms * (1 - p->margin))))
     return err;
   d->batch = calloc((size_t)p->max_batch, sizeof *d->batch);
   d->reqs = calloc((size_t)p->max_batch, sizeof *d->reqs);
