@@ -7,6 +7,7 @@
 #include "facecast/compose.h"
 #include "facecast/error.h"
 #include "facecast/pack.h"
+#include "facecast/stream.h"
 #include "facecast/studio.h"
 #include "fc_test.h"
 
@@ -297,6 +298,94 @@ static void test_video_pack(void) {
   FC_CHECK_INT(fc_studio_create(&p, &res), ==, FC_EINVAL);
 }
 
+/* A video avatar with an action clip: the pack holds "idle" and "wave" (with its audio at 16 kHz),
+ * the avatar loops only the idle frames, and a stream plays the clip in idle time, once, with
+ * its audio, until speech cuts it. */
+static void test_clips(void) {
+  FC_REQUIRE(setup() == 0);
+  char main_mp4[512], clip_mp4[512], cmd[1400];
+  snprintf(main_mp4, sizeof main_mp4, "%s/talk.mp4", tmpdir()); /* made by test_video_pack */
+  snprintf(clip_mp4, sizeof clip_mp4, "%s/wave.mp4", tmpdir());
+  snprintf(cmd, sizeof cmd,
+           "ffmpeg -y -loglevel error -loop 1 -i %s -f lavfi -i sine=frequency=500:sample_rate=44100 "
+           "-t 1.2 -r 25 -c:v libx264 -preset ultrafast -pix_fmt yuv420p -c:a aac -shortest %s",
+           ASTRONAUT, clip_mp4);
+  FC_REQUIRE(system(cmd) == 0);
+  fc_studio_params p = {.from = main_mp4, .id = "clipper", .out_dir = tmpdir(), .models = &g_m,
+                        .crop_size = 96, .nclips = 1};
+  p.clip_name[0] = "wave", p.clip_file[0] = clip_mp4;
+  fc_studio_result res;
+  int err = fc_studio_create(&p, &res);
+  if (err) fprintf(stderr, "  %s\n", fc_error_detail(err));
+  FC_REQUIRE(err == 0);
+  fc_pack *pk = fc_pack_open(res.path, &err);
+  FC_REQUIRE(pk);
+  FC_CHECK_INT(fc_pack_clip_count(pk), ==, 2);
+  fc_pack_clip idle, wave;
+  FC_REQUIRE(fc_pack_get_clip(pk, fc_pack_find_clip(pk, "idle"), &idle) == 0);
+  FC_REQUIRE(fc_pack_get_clip(pk, fc_pack_find_clip(pk, "wave"), &wave) == 0);
+  fprintf(stderr, "  clips: idle %d+%d, wave %d+%d, audio %lld samples at %d Hz\n", idle.first,
+          idle.count, wave.first, wave.count, (long long)wave.audio_frames, wave.audio_rate);
+  FC_CHECK(idle.first == 0 && idle.count >= 48 && wave.first == idle.count);
+  FC_CHECK(wave.count >= 29 && wave.count <= 31);
+  FC_CHECK(wave.audio_rate == 16000 && wave.audio_channels == 1);
+  FC_CHECK(wave.audio_frames > 16000 && wave.audio_frames < 21000);
+  fc_pack_close(pk);
+
+  fc_avatar *av = fc_avatar_open_pack(res.path, &err);
+  FC_REQUIRE(av);
+  FC_CHECK_INT(fc_avatar_frame_count(av), ==, idle.count);
+  FC_CHECK_INT(fc_avatar_clip_count(av), ==, 1);
+  FC_CHECK_INT(fc_avatar_find_clip(av, "wave"), ==, 0);
+  FC_CHECK_INT(fc_avatar_find_clip(av, "jump"), ==, FC_ENOTFOUND);
+  fc_lipsync *ls = fc_lipsync_create(NULL, &err);
+  FC_REQUIRE(ls);
+  fc_stream_params sp = {.avatar = av, .lipsync = ls, .batch = 4};
+  fc_stream *st = fc_stream_create(&sp, &err);
+  FC_REQUIRE(st);
+  fc_frame_info info;
+  const uint8_t *img;
+  const int16_t *pcm;
+  FC_REQUIRE(fc_stream_idle_frame(st, &info, &img, &pcm) == 0);
+  FC_CHECK(img == fc_avatar_frame_i420(av, 0)); /* a recorded avatar rests as recorded */
+  FC_CHECK_INT(fc_stream_play_clip(st, 3), ==, FC_EINVAL);
+  FC_REQUIRE(fc_stream_play_clip(st, 0) == 0);
+  int frames = 0, loud = 0;
+  const int16_t *clip_pcm;
+  size_t clip_n;
+  fc_avatar_clip_info(av, 0, &frames, &clip_pcm, &clip_n);
+  for (int k = 0; k < frames; k++) {
+    FC_REQUIRE(fc_stream_idle_frame(st, &info, &img, &pcm) == 0);
+    if (img != fc_avatar_clip_i420(av, 0, k)) break;
+    int peak = 0;
+    for (int i = 0; i < 640; i++) peak = abs(pcm[i]) > peak ? abs(pcm[i]) : peak;
+    loud += peak > 3000;
+    if (k == frames - 1) FC_CHECK_INT(fc_stream_clip_playing(st), ==, -1);
+  }
+  FC_CHECK(img == fc_avatar_clip_i420(av, 0, frames - 1));
+  FC_CHECK(loud >= frames - 3); /* the clip's tone, frame after frame */
+  FC_REQUIRE(fc_stream_idle_frame(st, &info, &img, &pcm) == 0); /* back to the idle loop */
+  FC_CHECK(img != fc_avatar_clip_i420(av, 0, frames - 1));
+  FC_CHECK(pcm[100] == 0 && pcm[300] == 0);
+  /* speech cuts a clip */
+  FC_REQUIRE(fc_stream_play_clip(st, 0) == 0);
+  FC_REQUIRE(fc_stream_idle_frame(st, &info, &img, &pcm) == 0);
+  float speech[1280] = {0};
+  FC_REQUIRE(fc_stream_push_speech(st, speech, 1280, NULL, 0, NULL) == 0);
+  FC_REQUIRE(fc_stream_next_frame(st, &info, &img, &pcm) == 0);
+  FC_CHECK_INT(fc_stream_clip_playing(st), ==, -1);
+  fc_stream_destroy(st);
+  fc_lipsync_destroy(ls);
+  fc_avatar_destroy(av);
+  /* clips need a video avatar and proper names */
+  p.from = ASTRONAUT;
+  FC_CHECK_INT(fc_studio_create(&p, &res), ==, FC_EINVAL);
+  p.from = main_mp4, p.clip_name[0] = "idle";
+  FC_CHECK_INT(fc_studio_create(&p, &res), ==, FC_EINVAL);
+  p.clip_name[0] = "wave", p.clip_file[0] = "/no/such.mp4";
+  FC_CHECK_INT(fc_studio_create(&p, &res), ==, FC_ENOTFOUND);
+}
+
 static int run_cli(const char *args, char *out, size_t n) {
   char cmd[2048], log[600];
   snprintf(log, sizeof log, "%s/cli.out", tmpdir());
@@ -362,6 +451,7 @@ int main(void) {
   FC_RUN(test_gate_turned_and_mouth);
   FC_RUN(test_photo_pack);
   FC_RUN(test_video_pack);
+  FC_RUN(test_clips);
   FC_RUN(test_cli);
   fc_face_models_free(&g_m);
   fc_image_free(&g_src);

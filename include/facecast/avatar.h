@@ -80,6 +80,17 @@ const fc_mouth_geom *fc_avatar_mouth(const fc_avatar *av, int i);
 /* Frame i's 68 landmarks (dlib's order, frame pixels), or NULL when the avatar has none (a
  * photo on a machine without dlib's model file). */
 const fc_point *fc_avatar_landmarks(const fc_avatar *av, int i);
+/* Action clips (a pack's named clips other than its "idle" loop, e.g. "wave"): played whole, as
+ * recorded, with their audio (16 kHz mono s16 when present) by fc_stream_play_clip. */
+#define FC_AVATAR_CLIP_RATE 16000
+int fc_avatar_clip_count(const fc_avatar *av);
+/* Index of the clip called name, or FC_ENOTFOUND. */
+int fc_avatar_find_clip(const fc_avatar *av, const char *name);
+/* Clip k's name (NULL for a bad k), frame count and audio (*pcm NULL, *samples 0: none). */
+const char *fc_avatar_clip_info(const fc_avatar *av, int k, int *frames, const int16_t **pcm,
+                                size_t *samples);
+/* Frame j of clip k as I420, or NULL for a bad k or j. */
+const uint8_t *fc_avatar_clip_i420(const fc_avatar *av, int k, int j);
 /* The face box found in the source picture, before framing. */
 fc_rect fc_avatar_source_face(const fc_avatar *av);
 

@@ -74,11 +74,19 @@ int64_t fc_stream_frames_total(const fc_stream *s);
 int fc_stream_next_frame(fc_stream *s, fc_frame_info *info, const uint8_t **i420,
                          const int16_t **pcm);
 
-/* Live only, when next_frame said FC_EAGAIN: the next frame at rest (closed mouth, silence),
- * advancing the clock by one frame. Pending partial audio stays at the head of the FIFO. The
- * rest picture is made once per avatar frame and then reused. */
+/* Live only, when next_frame said FC_EAGAIN: the next frame at rest, advancing the clock by one
+ * frame. Pending partial audio stays at the head of the FIFO. At rest a photo avatar shows its
+ * closed-mouth picture (made once) with silence, a recorded avatar its own frames as recorded
+ * with silence, and a playing action clip its frames with its audio. */
 int fc_stream_idle_frame(fc_stream *s, fc_frame_info *info, const uint8_t **i420,
                          const int16_t **pcm);
+
+/* Plays the avatar's action clip `clip` (fc_avatar_find_clip) in the idle frames from the next
+ * one on, once, with its audio; speech cuts it short. clip < 0 stops one. FC_EINVAL for a clip
+ * the avatar does not have. */
+int fc_stream_play_clip(fc_stream *s, int clip);
+/* The clip playing, or -1. */
+int fc_stream_clip_playing(const fc_stream *s);
 
 #ifdef __cplusplus
 }

@@ -71,6 +71,8 @@ void fc_quality_check_frame(const fc_face_models *m, const fc_image *img, fc_qua
 /* Decides the blocking reasons and writes their messages once all frames are checked. */
 void fc_quality_finish(fc_quality *q, int is_photo);
 
+#define FC_STUDIO_MAX_CLIPS 16
+
 typedef struct fc_studio_params {
   const char *from;        /* video (anything GStreamer decodes) or photo (PNG/JPEG) */
   const char *id;          /* [A-Za-z0-9_-]{1,63} */
@@ -80,6 +82,12 @@ typedef struct fc_studio_params {
   double max_seconds;      /* videos are cut there (default 60) */
   int photo_w, photo_h;    /* a photo's output frame (default 512×512) */
   const fc_face_models *models; /* NULL: loaded for this call */
+  /* Action clips (video avatars only): nclips videos played whole by /set_audiotype, each
+   * named (the pack's "idle" loop is the main video), at the main video's frame size, with
+   * their audio. They pass the same quality gate. */
+  int nclips;
+  const char *clip_name[FC_STUDIO_MAX_CLIPS];
+  const char *clip_file[FC_STUDIO_MAX_CLIPS];
   void (*progress)(void *user, int percent); /* may be NULL; called from this thread */
   void *user;
   const volatile int *cancel; /* set nonzero from anywhere to stop (FC_ECANCELED) */

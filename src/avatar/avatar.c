@@ -27,6 +27,9 @@ struct fc_avatar {
   fc_rect *where;   /* pack: where frames[i] lies in frame i */
   uint8_t **i420; /* owned, or pointers into pack's mapping */
   fc_pack *pack;  /* an avatar opened from a pack (fc_avatar_open_pack) */
+  /* pack: the clips other than "idle" (n_frames covers only the idle loop) */
+  int nclips;
+  fc_pack_clip clips[FC_PACK_MAX_CLIPS];
   fc_rect *faces;
   fc_point *landmarks; /* 68 per frame, or NULL (a photo when the shape model is not installed) */
   fc_mouth_geom *mouths;
@@ -367,6 +370,19 @@ fc_avatar *fc_avatar_open_pack(const char *path_or_id, int *err) {
   }
   const fc_pack_info *in = fc_pack_get_info(av->pack);
   av->w = in->width, av->h = in->height, av->n_frames = in->frames;
+  /* The idle loop: the clip named "idle" (the studio writes one), else every frame; the other
+   * clips are played whole by fc_stream_play_clip and need no RGB or geometry. */
+  int first = 0;
+  for (int k = 0; k < fc_pack_clip_count(av->pack); k++) {
+    fc_pack_clip c;
+    if (fc_pack_get_clip(av->pack, k, &c)) continue;
+    if (strcmp(c.name, "idle") == 0) first = c.first, av->n_frames = c.count;
+    else if (av->nclips < FC_PACK_MAX_CLIPS) av->clips[av->nclips++] = c;
+  }
+  if (av->n_frames < 1) {
+    e = fc_error_set(FC_EFORMAT, "avatar '%s': empty idle clip", path_or_id);
+    goto fail;
+  }
   av->frames = calloc((size_t)av->n_frames, sizeof *av->frames);
   av->where = calloc((size_t)av->n_frames, sizeof *av->where);
   av->i420 = calloc((size_t)av->n_frames, sizeof *av->i420);
@@ -378,7 +394,7 @@ fc_avatar *fc_avatar_open_pack(const char *path_or_id, int *err) {
   size_t ysz = (size_t)av->w * av->h;
   for (int i = 0; i < av->n_frames; i++) {
     fc_pack_frame f;
-    if ((e = fc_pack_get_frame(av->pack, i, &f))) goto fail;
+    if ((e = fc_pack_get_frame(av->pack, first + i, &f))) goto fail;
     av->i420[i] = (uint8_t *)f.i420; /* read-only mapping: never written through */
     av->faces[i] = f.box;
     mouth_from_landmarks(f.landmarks, f.box, &av->mouths[i]);
@@ -436,6 +452,32 @@ const fc_mouth_geom *fc_avatar_mouth(const fc_avatar *av, int i) {
   return &av->mouths[ping_pong(i, av->n_frames)];
 }
 fc_rect fc_avatar_source_face(const fc_avatar *av) { return av->source_face; }
+int fc_avatar_clip_count(const fc_avatar *av) { return av->nclips; }
+
+int fc_avatar_find_clip(const fc_avatar *av, const char *name) {
+  for (int k = 0; name && k < av->nclips; k++)
+    if (strcmp(av->clips[k].name, name) == 0) return k;
+  return fc_error_set(FC_ENOTFOUND, "avatar %s has no clip '%s'", fc_avatar_id(av), name ? name : "");
+}
+
+const char *fc_avatar_clip_info(const fc_avatar *av, int k, int *frames, const int16_t **pcm,
+                                size_t *samples) {
+  if (k < 0 || k >= av->nclips) return NULL;
+  const fc_pack_clip *c = &av->clips[k];
+  *frames = c->count;
+  /* the studio stores clip audio on the engine's clock (16 kHz mono); anything else is mute */
+  int usable = c->audio && c->audio_rate == FC_AVATAR_CLIP_RATE && c->audio_channels == 1;
+  *pcm = usable ? c->audio : NULL;
+  *samples = usable ? (size_t)c->audio_frames : 0;
+  return c->name;
+}
+
+const uint8_t *fc_avatar_clip_i420(const fc_avatar *av, int k, int j) {
+  if (k < 0 || k >= av->nclips || j < 0 || j >= av->clips[k].count) return NULL;
+  fc_pack_frame f;
+  return fc_pack_get_frame(av->pack, av->clips[k].first + j, &f) ? NULL : f.i420;
+}
+
 const fc_point *fc_avatar_landmarks(const fc_avatar *av, int i) {
   return av->landmarks ? av->landmarks + (size_t)ping_pong(i, av->n_frames) * FC_LANDMARKS : NULL;
 }

@@ -194,6 +194,9 @@ typedef struct job {
   int w, h, ncrops, crop_size[FC_PACK_MAX_CROPS];
   track t;
   int last_pct;
+  /* sources: 0 the main video, 1.. the clips; first frame of each in the track */
+  int nsrc, src_first[FC_STUDIO_MAX_CLIPS + 2];
+  const char *src_file[FC_STUDIO_MAX_CLIPS + 1];
 } job;
 
 static void progress(job *j, int pct) {
@@ -205,9 +208,11 @@ static void progress(job *j, int pct) {
 
 static int canceled(const job *j) { return j->p->cancel && *j->p->cancel; }
 
+static int add_clips(struct job *j, fc_pack_writer *wr, void *ctx);
+
 /* Writes the pack from frames that next_frame() yields (the second pass). */
-static int write_pack(job *j, const char *path, int (*next_frame)(void *ctx, fc_image *img), void *ctx,
-                      fc_image *img, const char *meta) {
+static int write_pack(job *j, const char *path, int (*next_frame)(void *ctx, int i, fc_image *img),
+                      void *ctx, fc_image *img, const char *meta) {
   fc_pack_info info = {.width = j->w, .height = j->h, .fps_num = 25, .fps_den = 1,
                        .frames = j->t.n, .ncrops = j->ncrops};
   snprintf(info.id, sizeof info.id, "%s", j->p->id);
@@ -234,7 +239,7 @@ static int write_pack(job *j, const char *path, int (*next_frame)(void *ctx, fc_
       err = fc_error_set(FC_ECANCELED, "avatar %s: canceled", j->p->id);
       goto done;
     }
-    int e = next_frame(ctx, img);
+    int e = next_frame(ctx, i, img);
     if (e == FC_EEOF) { /* a second decode may end a frame early: repeat the last one */
       if (i == 0) {
         err = fc_error_set(FC_EMEDIA, "%s: no frames on the second pass", j->p->from);
@@ -257,7 +262,8 @@ static int write_pack(job *j, const char *path, int (*next_frame)(void *ctx, fc_
     if ((err = fc_pack_writer_add_frame(wr, &f))) goto done;
     progress(j, 60 + 40 * (i + 1) / j->t.n);
   }
-  err = fc_pack_writer_finish(wr);
+  if (!err && j->nsrc > 0) err = add_clips(j, wr, ctx);
+  if (!err) err = fc_pack_writer_finish(wr);
 done:
   fc_pack_writer_destroy(wr);
   for (int k = 0; k < FC_PACK_MAX_CROPS; k++) {
@@ -269,8 +275,85 @@ done:
   return err;
 }
 
-static int next_decoded(void *ctx, fc_image *img) { return fc_decoder_next(ctx, img); }
-static int same_photo(void *ctx, fc_image *img) {
+/* The second pass over the sources: frame i comes from the source it was analysed from; each
+ * source's decoder is opened when its first frame is due, and a clip's audio is kept (as s16)
+ * when its last frame has been read. */
+typedef struct reader {
+  job *j;
+  fc_decoder *d;
+  int src;
+  int16_t *audio[FC_STUDIO_MAX_CLIPS + 1];
+  size_t n_audio[FC_STUDIO_MAX_CLIPS + 1];
+} reader;
+
+static int keep_audio(reader *r) {
+  fc_audio a;
+  int err = fc_decoder_audio(r->d, &a);
+  if (err) return err;
+  if (a.n && (r->audio[r->src] = malloc(a.n * sizeof(int16_t)))) {
+    for (size_t k = 0; k < a.n; k++) {
+      float v = a.samples[k] * 32767.0f;
+      r->audio[r->src][k] = (int16_t)(v > 32767 ? 32767 : v < -32768 ? -32768 : v);
+    }
+    r->n_audio[r->src] = a.n;
+  }
+  fc_audio_free(&a);
+  return FC_OK;
+}
+
+static int next_decoded(void *ctx, int i, fc_image *img) {
+  reader *r = ctx;
+  job *j = r->j;
+  int err;
+  while (r->src < j->nsrc && i >= j->src_first[r->src + 1]) { /* on to the next source */
+    if (r->d) {
+      fc_image tmp = {0}; /* drain it to the end so its audio is complete */
+      if (fc_image_alloc(&tmp, j->w, j->h)) return fc_error_set(FC_ENOMEM, "out of memory");
+      while ((err = fc_decoder_next(r->d, &tmp)) == FC_OK) {}
+      fc_image_free(&tmp);
+      if (err != FC_EEOF) return err;
+      if (r->src > 0 && (err = keep_audio(r))) return err;
+      fc_decoder_close(r->d);
+      r->d = NULL;
+    }
+    r->src++;
+  }
+  if (!r->d) {
+    int w, h;
+    if (!(r->d = fc_decoder_open(j->src_file[r->src], j->w, j->h, &w, &h, &err))) return err;
+  }
+  return fc_decoder_next(r->d, img);
+}
+
+/* The pack's clips: "idle" over the main video, then each action clip with its audio. */
+static int add_clips(job *j, fc_pack_writer *wr, void *ctx) {
+  reader *r = ctx;
+  int err;
+  if (r->d) { /* the last source's audio */
+    fc_image tmp = {0};
+    if (fc_image_alloc(&tmp, j->w, j->h)) return fc_error_set(FC_ENOMEM, "out of memory");
+    while ((err = fc_decoder_next(r->d, &tmp)) == FC_OK) {}
+    fc_image_free(&tmp);
+    if (err != FC_EEOF) return err;
+    if (r->src > 0 && (err = keep_audio(r))) return err;
+  }
+  fc_pack_clip c = {.name = "idle", .first = 0, .count = j->src_first[1]};
+  if ((err = fc_pack_writer_add_clip(wr, &c))) return err;
+  for (int k = 1; k < j->nsrc; k++) {
+    memset(&c, 0, sizeof c);
+    snprintf(c.name, sizeof c.name, "%s", j->p->clip_name[k - 1]);
+    c.first = j->src_first[k], c.count = j->src_first[k + 1] - j->src_first[k];
+    if (r->n_audio[k]) {
+      c.audio_rate = FC_SAMPLE_RATE, c.audio_channels = 1;
+      c.audio_frames = (int64_t)r->n_audio[k], c.audio = r->audio[k];
+    }
+    if ((err = fc_pack_writer_add_clip(wr, &c))) return err;
+  }
+  return FC_OK;
+}
+
+static int same_photo(void *ctx, int i, fc_image *img) {
+  (void)i;
   const fc_image *src = ctx;
   for (int y = 0; y < src->h; y++)
     memcpy(img->rgb + (size_t)y * img->stride, src->rgb + (size_t)y * src->stride, (size_t)src->w * 3);
@@ -335,45 +418,71 @@ done:
 static int run_video(job *j, const char *path) {
   fc_decoder *d = NULL;
   fc_image img = {0};
-  int err;
+  reader rd = {.j = j};
+  int err = FC_OK;
   int max_w = j->p->max_w ? j->p->max_w : 1920, max_h = j->p->max_h ? j->p->max_h : 1080;
   double max_s = j->p->max_seconds > 0 ? j->p->max_seconds : 60;
   int max_frames = (int)(max_s * 25 + 0.5);
-  if (!(d = fc_decoder_open(j->p->from, max_w, max_h, &j->w, &j->h, &err))) return err;
-  double dur = fc_decoder_duration(d);
-  int expect = dur > 0 ? (int)(fmin(dur, max_s) * 25) + 1 : max_frames;
-  if ((err = fc_image_alloc(&img, j->w, j->h))) goto done;
-  fc_rect face = {0};
-  fc_point pts[FC_LANDMARKS];
-  while (j->t.n < max_frames) {
-    if (canceled(j)) {
-      err = fc_error_set(FC_ECANCELED, "avatar %s: canceled", j->p->id);
+  j->nsrc = 1 + j->p->nclips;
+  j->src_file[0] = j->p->from;
+  for (int k = 0; k < j->p->nclips; k++) j->src_file[k + 1] = j->p->clip_file[k];
+  int expect = 0;
+  for (int src = 0; src < j->nsrc; src++) {
+    int w, h;
+    j->src_first[src] = j->t.n;
+    if (!(d = fc_decoder_open(j->src_file[src], src ? j->w : max_w, src ? j->h : max_h, &w, &h, &err)))
+      goto done;
+    if (src == 0) {
+      j->w = w, j->h = h;
+      if ((err = fc_image_alloc(&img, w, h))) goto done;
+    } else if (w != j->w || h != j->h) {
+      err = fc_error_set(FC_EINVAL, "%s: clip '%s' is %dx%d at the avatar's scale, the avatar %dx%d: "
+                         "clips must have the main video's shape", j->src_file[src],
+                         j->p->clip_name[src - 1], w, h, j->w, j->h);
       goto done;
     }
-    err = fc_decoder_next(d, &img);
-    if (err == FC_EEOF) break;
-    if (err) goto done;
-    int found = fc_quality_measure(j->m, &img, &j->res->quality, &face, pts);
-    if ((err = track_push(&j->t, found, face, pts))) {
-      err = fc_error_set(FC_ENOMEM, "out of memory");
+    double dur = fc_decoder_duration(d);
+    expect += dur > 0 ? (int)(fmin(dur, max_s) * 25) + 1 : max_frames;
+    fc_rect face = {0}; /* each source is tracked on its own */
+    fc_point pts[FC_LANDMARKS];
+    for (int n = 0; n < max_frames; n++) {
+      if (canceled(j)) {
+        err = fc_error_set(FC_ECANCELED, "avatar %s: canceled", j->p->id);
+        goto done;
+      }
+      err = fc_decoder_next(d, &img);
+      if (err == FC_EEOF) break;
+      if (err) goto done;
+      int found = fc_quality_measure(j->m, &img, &j->res->quality, &face, pts);
+      if ((err = track_push(&j->t, found, face, pts))) {
+        err = fc_error_set(FC_ENOMEM, "out of memory");
+        goto done;
+      }
+      progress(j, 60 * j->t.n / (expect > j->t.n ? expect : j->t.n + 1));
+    }
+    err = FC_OK;
+    if (j->t.n == j->src_first[src]) {
+      err = fc_error_set(FC_EMEDIA, "%s: no video frames", j->src_file[src]);
       goto done;
     }
-    progress(j, 60 * j->t.n / (expect > j->t.n ? expect : j->t.n + 1));
+    fc_decoder_close(d);
+    d = NULL;
   }
+  j->src_first[j->nsrc] = j->t.n;
   fc_quality_finish(&j->res->quality, 0);
   if (fc_quality_failed(&j->res->quality)) {
     err = fc_error_set(FC_ENOFACE, "%s: refused by the quality gate", j->p->from);
     goto done;
   }
   track_fill(&j->t);
-  fc_decoder_close(d);
-  if (!(d = fc_decoder_open(j->p->from, max_w, max_h, NULL, NULL, &err))) goto done;
   char meta[768];
   meta_json(j, "video", meta, sizeof meta);
-  err = write_pack(j, path, next_decoded, d, &img, meta);
+  err = write_pack(j, path, next_decoded, &rd, &img, meta);
 done:
   fc_image_free(&img);
   fc_decoder_close(d);
+  fc_decoder_close(rd.d);
+  for (int k = 0; k <= FC_STUDIO_MAX_CLIPS; k++) free(rd.audio[k]);
   return err;
 }
 
@@ -388,6 +497,20 @@ int fc_studio_create(const fc_studio_params *p, fc_studio_result *res) {
     return fc_error_set(FC_EINVAL, "avatar: crop size %d: expected 96 or 256", p->crop_size);
   if (access(p->from, R_OK) != 0)
     return fc_error_set(FC_ENOTFOUND, "%s: cannot read the file", p->from);
+  if (p->nclips < 0 || p->nclips > FC_STUDIO_MAX_CLIPS)
+    return fc_error_set(FC_EINVAL, "avatar: at most %d clips", FC_STUDIO_MAX_CLIPS);
+  for (int k = 0; k < p->nclips; k++) {
+    const char *n = p->clip_name[k];
+    if (!fc_avatar_id_valid(n) || strlen(n) > 31 || strcmp(n, "idle") == 0)
+      return fc_error_set(FC_EINVAL, "clip name '%s': use 1-31 letters, digits, '_' or '-' (not 'idle')",
+                          n ? n : "");
+    for (int q = 0; q < k; q++)
+      if (strcmp(n, p->clip_name[q]) == 0) return fc_error_set(FC_EINVAL, "clip '%s' given twice", n);
+    if (!p->clip_file[k] || access(p->clip_file[k], R_OK) != 0)
+      return fc_error_set(FC_ENOTFOUND, "%s: cannot read the clip file", p->clip_file[k] ? p->clip_file[k] : "");
+  }
+  if (p->nclips && is_photo(p->from))
+    return fc_error_set(FC_EINVAL, "%s: action clips need a video avatar, not a photo", p->from);
   job j = {.p = p, .res = res, .last_pct = -1};
   if (p->crop_size) j.ncrops = 1, j.crop_size[0] = p->crop_size;
   else j.ncrops = 2, j.crop_size[0] = 96, j.crop_size[1] = 256;

@@ -1,7 +1,7 @@
 /* facecast avatar: create, list and inspect avatar packs.
  *
  *   avatar create --from VIDEO|IMAGE --id NAME [--size 96|256] [--max-size WxH] [--seconds S]
- *                 [--out-dir DIR]
+ *                 [--out-dir DIR] [--clip NAME=VIDEO ...]
  *       runs the studio (studio.h) with a progress bar on stderr (a tty gets one updating line,
  *       a pipe one line per 10 %); a refusal by the quality gate prints each reason on its own
  *       line and exits 2.
@@ -24,6 +24,7 @@
 static void avatar_usage(FILE *f) {
   fputs("usage: facecast avatar create --from VIDEO|IMAGE --id NAME [--size 96|256]\n"
         "                              [--max-size WxH] [--seconds S] [--out-dir DIR]\n"
+        "                              [--clip NAME=VIDEO ...]\n"
         "       facecast avatar list [--dir DIR] [--json]\n"
         "       facecast avatar show ID|FILE [--frame N] [--json] [--dir DIR]\n",
         f);
@@ -49,7 +50,8 @@ static int create(int argc, char **argv) {
       {"from", required_argument, 0, 'f'},    {"id", required_argument, 0, 'i'},
       {"size", required_argument, 0, 's'},    {"max-size", required_argument, 0, 'm'},
       {"seconds", required_argument, 0, 'S'}, {"out-dir", required_argument, 0, 'o'},
-      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+      {"clip", required_argument, 0, 'c'},    {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
   fc_studio_params p = {0};
   int c, tty = isatty(2);
   optind = 1;
@@ -77,6 +79,17 @@ static int create(int argc, char **argv) {
       }
       break;
     case 'o': p.out_dir = optarg; break;
+    case 'c': {
+      char *eq = strchr(optarg, '=');
+      if (!eq || eq == optarg || !eq[1] || p.nclips >= FC_STUDIO_MAX_CLIPS) {
+        fprintf(stderr, "facecast: error: --clip '%s': expected NAME=FILE (at most %d)\n", optarg,
+                FC_STUDIO_MAX_CLIPS);
+        return FC_EXIT_INPUT;
+      }
+      *eq = 0;
+      p.clip_name[p.nclips] = optarg, p.clip_file[p.nclips++] = eq + 1;
+      break;
+    }
     case 'h': avatar_usage(stdout); return FC_EXIT_OK;
     default:
       fprintf(stderr, "facecast: error: avatar create: unknown or incomplete option '%s'\n",

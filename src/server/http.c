@@ -530,6 +530,48 @@ static void h_is_speaking(SoupServer *server, SoupServerMessage *msg, const char
 
 /* ---- recording -------------------------------------------------------------------------- */
 
+/* POST /set_audiotype {sessionid, audiotype}: plays one of the avatar's action clips in the
+ * session's idle time. audiotype: a clip's name, or a number as LiveTalking's pages send it
+ * (N >= 1: the N-th clip; 0: stop the clip playing). */
+static void h_set_audiotype(SoupServer *server, SoupServerMessage *msg, const char *path,
+                            GHashTable *q, gpointer user) {
+  fc_server *srv = user;
+  if (!fc_http_require_method(msg, "POST")) return;
+  JsonParser *jp = NULL;
+  JsonObject *o = fc_http_json_body(msg, &jp);
+  if (!o) return;
+  fc_session *s = session_of(srv, msg, o);
+  JsonNode *n = s ? json_object_get_member(o, "audiotype") : NULL;
+  int clip = -2;
+  if (!s) {
+    /* answered */
+  } else if (n && JSON_NODE_HOLDS_VALUE(n) && json_node_get_value_type(n) == G_TYPE_STRING) {
+    clip = fc_avatar_find_clip(srv->avatar, json_node_get_string(n));
+    if (clip < 0) {
+      fc_http_error(msg, 404, "%s", fc_error_detail(clip));
+      clip = -2;
+    }
+  } else if (n && JSON_NODE_HOLDS_VALUE(n) && json_node_get_value_type(n) == G_TYPE_INT64) {
+    gint64 v = json_node_get_int(n);
+    if (v < 0 || v > fc_avatar_clip_count(srv->avatar))
+      fc_http_error(msg, 404, "audiotype %lld: the avatar has %d action clips", (long long)v,
+                    fc_avatar_clip_count(srv->avatar));
+    else
+      clip = (int)v - 1;
+  } else {
+    fc_http_error(msg, 400, "'audiotype' must be a clip name or a number");
+  }
+  if (clip >= -1) {
+    g_mutex_lock(&s->lock);
+    int err = fc_stream_play_clip(s->stream, clip);
+    g_mutex_unlock(&s->lock);
+    if (err) fc_http_error(msg, 400, "%s", fc_error_detail(err));
+    else fc_http_ok(msg, NULL);
+  }
+  if (s) fc_session_unref(s);
+  g_object_unref(jp);
+}
+
 static void serve_file(SoupServerMessage *msg, const char *file, const char *type) {
   GError *e = NULL;
   GMappedFile *mf = g_mapped_file_new(file, FALSE, &e);
@@ -836,6 +878,7 @@ void fc_http_register(fc_server *srv) {
                 {"/humanaudio", h_humanaudio},
                 {"/interrupt_talk", h_interrupt},
                 {"/is_speaking", h_is_speaking},
+                {"/set_audiotype", h_set_audiotype},
                 {"/record", h_record},
                 {"/sse", h_sse},
                 {"/healthz", h_healthz},

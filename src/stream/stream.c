@@ -67,15 +67,14 @@ struct fc_stream {
   float *mel_win;      /* batch × 80 × 16 */
   float *mel_scratch;  /* 80 × 16 columns of a streamed frame */
 
-  uint8_t **rest;      /* per avatar frame: the rest picture, made on first use */
+  uint8_t *rest;       /* a one-frame avatar's rest picture, made on first use */
+  int clip, clip_pos;  /* the action clip playing in idle time (-1: none), its next frame */
   int16_t silence[SPF];
-  uint8_t *idle_out;   /* the last idle frame handed out (points into rest) */
 };
 
 void fc_stream_destroy(fc_stream *s) {
   if (!s) return;
   for (int i = 0; s->i420 && i < s->batch; i++) free(s->i420[i]);
-  for (int i = 0; s->rest && i < fc_avatar_frame_count(s->av); i++) free(s->rest[i]);
   free(s->rest);
   free(s->i420);
   free(s->pcm16);
@@ -116,9 +115,9 @@ fc_stream *fc_stream_create(const fc_stream_params *p, int *err) {
   s->patches = calloc((size_t)s->batch, sizeof *s->patches);
   s->patch_mem = malloc((size_t)s->batch * cap * 4 + 1);
   s->scratch = malloc(cap * 3 + 1);
-  s->rest = calloc((size_t)fc_avatar_frame_count(s->av), sizeof *s->rest);
+  s->clip = -1;
   if (!s->i420 || !s->pcm16 || !s->info || !s->reqs || !s->patches || !s->patch_mem ||
-      !s->scratch || !s->rest)
+      !s->scratch)
     goto oom;
   if (fc_lipsync_needs_mel(s->ls)) {
     if (!(s->mel = fc_mel_create(err))) goto fail;
@@ -339,6 +338,7 @@ int fc_stream_next_frame(fc_stream *s, fc_frame_info *info, const uint8_t **i420
   }
   int slot = s->taken++;
   *info = s->info[slot];
+  s->clip = -1; /* speech ends an action clip */
   if (info->utt_started) s->playing = info->utt_started;
   if (info->utt_ended == s->playing) s->playing = 0;
   *i420 = s->i420[slot];
@@ -346,29 +346,63 @@ int fc_stream_next_frame(fc_stream *s, fc_frame_info *info, const uint8_t **i420
   return FC_OK;
 }
 
+int fc_stream_play_clip(fc_stream *s, int clip) {
+  int frames = 0;
+  const int16_t *pcm;
+  size_t n;
+  if (clip >= 0 && !fc_avatar_clip_info(s->av, clip, &frames, &pcm, &n))
+    return fc_error_set(FC_EINVAL, "stream: no clip %d", clip);
+  s->clip = clip < 0 ? -1 : clip;
+  s->clip_pos = 0;
+  return FC_OK;
+}
+
+int fc_stream_clip_playing(const fc_stream *s) { return s->clip; }
+
+/* The next frame of the playing clip, with its audio (silence past its end). */
+static void clip_frame(fc_stream *s, const uint8_t **i420, const int16_t **pcm) {
+  int frames;
+  const int16_t *a;
+  size_t n;
+  fc_avatar_clip_info(s->av, s->clip, &frames, &a, &n);
+  *i420 = fc_avatar_clip_i420(s->av, s->clip, s->clip_pos);
+  size_t at = (size_t)s->clip_pos * SPF;
+  *pcm = a && at + SPF <= n ? a + at : s->silence;
+  if (++s->clip_pos >= frames) s->clip = -1;
+}
+
 int fc_stream_idle_frame(fc_stream *s, fc_frame_info *info, const uint8_t **i420,
                          const int16_t **pcm) {
   if (s->taken != s->ready)
     return fc_error_set(FC_EINVAL, "stream: idle frame requested while speech frames wait");
   int af = fc_avatar_frame_count(s->av);
-  int slot = (int)(s->next_index % af);
-  if (!s->rest[slot]) {
-    /* The rest picture: what the backend draws for a closed mouth, made once. */
-    size_t fsz = (size_t)fc_avatar_width(s->av) * fc_avatar_height(s->av) * 3 / 2;
-    uint8_t *img = malloc(fsz);
-    if (!img) return fc_error_set(FC_ENOMEM, "stream: out of memory");
-    fc_lipsync_req rq = {.avatar = s->av, .frame = slot};
-    int err = fc_lipsync_run(s->ls, &rq, &s->patches[0], 1);
-    if (!err) err = fc_compose_i420(s->av, slot, &s->patches[0], img, s->scratch);
-    if (err) {
-      free(img);
-      return err;
+  if (s->clip >= 0) {
+    clip_frame(s, i420, pcm);
+  } else if (af > 1) {
+    /* A recorded avatar rests as recorded: its own frames, untouched (no lip-sync work and
+     * nothing cached per session, whatever the length). */
+    *i420 = fc_avatar_frame_i420(s->av, (int)s->next_index);
+    *pcm = s->silence;
+  } else {
+    if (!s->rest) {
+      /* A photo's rest picture: what the backend draws for a closed mouth (a smiling photo
+       * shows teeth), made once. */
+      size_t fsz = (size_t)fc_avatar_width(s->av) * fc_avatar_height(s->av) * 3 / 2;
+      uint8_t *img = malloc(fsz);
+      if (!img) return fc_error_set(FC_ENOMEM, "stream: out of memory");
+      fc_lipsync_req rq = {.avatar = s->av, .frame = 0};
+      int err = fc_lipsync_run(s->ls, &rq, &s->patches[0], 1);
+      if (!err) err = fc_compose_i420(s->av, 0, &s->patches[0], img, s->scratch);
+      if (err) {
+        free(img);
+        return err;
+      }
+      s->rest = img;
     }
-    s->rest[slot] = img;
+    *i420 = s->rest;
+    *pcm = s->silence;
   }
   *info = (fc_frame_info){.index = s->next_index++};
-  *i420 = s->rest[slot];
-  *pcm = s->silence;
   s->tracker.cur = (fc_mouth){0, 0, 0};
   return FC_OK;
 }

@@ -337,6 +337,17 @@ def main():
         time.sleep(0.3)
         st, js, _, _ = c.post("/is_speaking", {"sessionid": sid})
         check(st == 200 and js["data"] is False, "is_speaking false after interrupt")
+        # action clips: the photo avatar has none
+        st, js, _, _ = c.post("/set_audiotype", {"sessionid": sid, "audiotype": "wave"})
+        check(is_error(st, js, 404) and "wave" in js["msg"], "set_audiotype unknown clip: 404")
+        st, js, _, _ = c.post("/set_audiotype", {"sessionid": sid, "audiotype": 1})
+        check(is_error(st, js, 404), "set_audiotype clip number past the clips: 404")
+        st, js, _, _ = c.post("/set_audiotype", {"sessionid": sid, "audiotype": 0})
+        check(st == 200 and js["code"] == 0, "set_audiotype 0 (stop)")
+        st, js, _, _ = c.post("/set_audiotype", {"sessionid": sid, "audiotype": [1]})
+        check(is_error(st, js, 400), "set_audiotype bad type: 400")
+        st, js, _, _ = c.post("/set_audiotype", {"sessionid": "nope", "audiotype": 0})
+        check(is_error(st, js, 404), "set_audiotype unknown session: 404")
 
         # Uploads.
         body, ct = multipart({"sessionid": (None, sid.encode()), "file": ("a.wav", wav_bytes(corrupt=True))})
