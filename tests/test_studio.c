@@ -386,6 +386,70 @@ static void test_clips(void) {
   FC_CHECK_INT(fc_studio_create(&p, &res), ==, FC_ENOTFOUND);
 }
 
+static long status_kb(const char *key) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long v = -1;
+  size_t n = strlen(key);
+  while (f && fgets(line, sizeof line, f))
+    if (strncmp(line, key, n) == 0) v = strtol(line + n, NULL, 10);
+  if (f) fclose(f);
+  return v;
+}
+
+/* Two sessions on one video avatar: the second adds next to nothing. Each stream shows every
+ * frame of the loop; the frames (20 MB of I420 here) stay in the pack's shared mapping and the
+ * face regions in the one avatar, so private memory grows by the streams' own buffers only. */
+static void test_sessions_share(void) {
+  FC_REQUIRE(setup() == 0);
+  char mp4[512], cmd[1400];
+  snprintf(mp4, sizeof mp4, "%s/zoom.mp4", tmpdir());
+  /* every frame different: the portrait slowly zooming */
+  snprintf(cmd, sizeof cmd,
+           "ffmpeg -y -loglevel error -loop 1 -i %s -vf \"zoompan=z='1+0.004*on':d=1:s=512x512:fps=25\" "
+           "-frames:v 40 -c:v libx264 -preset ultrafast -crf 12 -pix_fmt yuv420p %s", ASTRONAUT, mp4);
+  FC_REQUIRE(system(cmd) == 0);
+  fc_studio_params p = {.from = mp4, .id = "zoom", .out_dir = tmpdir(), .models = &g_m, .crop_size = 96};
+  fc_studio_result res;
+  int err = fc_studio_create(&p, &res);
+  if (err) fprintf(stderr, "  %s\n", fc_error_detail(err));
+  FC_REQUIRE(err == 0);
+  fc_lipsync *ls = fc_lipsync_create(NULL, &err);
+  FC_REQUIRE(ls);
+  long anon[3], file[3];
+  anon[0] = status_kb("RssAnon:"), file[0] = status_kb("RssFile:");
+  fc_avatar *av = fc_avatar_open_pack(res.path, &err);
+  FC_REQUIRE(av);
+  size_t frame = (size_t)fc_avatar_width(av) * fc_avatar_height(av) * 3 / 2;
+  fc_stream *st[2] = {0};
+  for (int k = 0; k < 2; k++) {
+    fc_stream_params sp = {.avatar = av, .lipsync = ls, .batch = 4};
+    st[k] = fc_stream_create(&sp, &err);
+    FC_REQUIRE(st[k]);
+    unsigned sum = 0;
+    for (int i = 0; i < 2 * fc_avatar_frame_count(av); i++) {
+      fc_frame_info info;
+      const uint8_t *img;
+      const int16_t *pcm;
+      FC_REQUIRE(fc_stream_idle_frame(st[k], &info, &img, &pcm) == 0);
+      for (size_t b = 0; b < frame; b += 4096) sum += img[b]; /* touch every page */
+    }
+    FC_CHECK(sum > 0);
+    anon[k + 1] = status_kb("RssAnon:"), file[k + 1] = status_kb("RssFile:");
+  }
+  double frames_mb = fc_avatar_frame_count(av) * frame / 1048576.0;
+  fprintf(stderr, "  %d frames (%.1f MB of I420): private +%.1f MB for the avatar and session 1, "
+          "+%.1f MB for session 2; file pages +%.1f MB, then +%.1f MB\n", fc_avatar_frame_count(av), frames_mb,
+          (anon[1] - anon[0]) / 1024.0, (anon[2] - anon[1]) / 1024.0, (file[1] - file[0]) / 1024.0,
+          (file[2] - file[1]) / 1024.0);
+  FC_CHECK((file[1] - file[0]) / 1024.0 > 0.5 * frames_mb); /* the first really read them */
+  FC_CHECK((anon[2] - anon[1]) / 1024.0 < 0.1 * frames_mb);
+  FC_CHECK((file[2] - file[1]) / 1024.0 < 0.1 * frames_mb);
+  for (int k = 0; k < 2; k++) fc_stream_destroy(st[k]);
+  fc_lipsync_destroy(ls);
+  fc_avatar_destroy(av);
+}
+
 static int run_cli(const char *args, char *out, size_t n) {
   char cmd[2048], log[600];
   snprintf(log, sizeof log, "%s/cli.out", tmpdir());
@@ -452,6 +516,7 @@ int main(void) {
   FC_RUN(test_photo_pack);
   FC_RUN(test_video_pack);
   FC_RUN(test_clips);
+  FC_RUN(test_sessions_share);
   FC_RUN(test_cli);
   fc_face_models_free(&g_m);
   fc_image_free(&g_src);

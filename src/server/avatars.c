@@ -1,5 +1,6 @@
 /* The avatar studio over HTTP, in LiveTalking's shapes:
- *   POST   /api/avatar/task         JSON {avatar_id, video_path | image_path, img_size?, task_id?}
+ *   POST   /api/avatar/task         JSON {avatar_id, video_path | image_path, img_size?, task_id?,
+ *                                         clips?: [{name, video_path}]}
  *                                   or multipart/form-data (avatar_id, file, img_size?)
  *          → {task_id, status: "pending"}
  *   GET    /api/avatar/task/{id}    → {task_id, avatar_id, status, progress, error?, reasons?, result?}
@@ -34,6 +35,8 @@ static const char *const status_name[] = {"pending", "running", "completed", "fa
 typedef struct task {
   char id[64], avatar_id[64];
   char *src;    /* the file to read */
+  int nclips;   /* action clips (JSON "clips": [{name, video_path}]) */
+  char *clip_name[FC_STUDIO_MAX_CLIPS], *clip_file[FC_STUDIO_MAX_CLIPS];
   int upload;   /* src is our temporary file */
   int queued;   /* in the pool's queue: the pool holds the pointer, so it stays in the table */
   int crop;     /* 0, 96, 256 */
@@ -59,6 +62,7 @@ static void free_task(gpointer p) {
   task *t = p;
   if (t->upload && t->src) remove(t->src);
   g_free(t->src);
+  for (int k = 0; k < t->nclips; k++) g_free(t->clip_name[k]), g_free(t->clip_file[k]);
   g_free(t);
 }
 
@@ -91,7 +95,8 @@ static void run_task(gpointer data, gpointer user) {
   if (!err) {
     fc_studio_params p = {.from = t->src, .id = t->avatar_id, .crop_size = t->crop,
                           .models = &at->models, .progress = on_progress, .user = t,
-                          .cancel = &t->cancel};
+                          .cancel = &t->cancel, .nclips = t->nclips};
+    for (int k = 0; k < t->nclips; k++) p.clip_name[k] = t->clip_name[k], p.clip_file[k] = t->clip_file[k];
     err = fc_studio_create(&p, &res);
   }
   g_mutex_lock(&at->lock);
@@ -166,9 +171,10 @@ static int crop_of(const char *s, int *crop) {
   return 1;
 }
 
-/* Starts a task; answers the request. Takes src (and the upload flag). */
+/* Starts a task; answers the request. Takes src (and the upload flag) and the clips. */
 static void start_task(fc_server *srv, SoupServerMessage *msg, const char *avatar_id,
-                       const char *task_id, char *src, int upload, int crop) {
+                       const char *task_id, char *src, int upload, int crop, int nclips,
+                       char **clip_name, char **clip_file) {
   fc_avatar_tasks *at = srv->avatar_tasks;
   if (!fc_avatar_id_valid(avatar_id)) {
     fc_http_error(msg, 400, "avatar_id '%s': use 1-63 letters, digits, '_' or '-'", avatar_id ? avatar_id : "");
@@ -200,6 +206,9 @@ static void start_task(fc_server *srv, SoupServerMessage *msg, const char *avata
   snprintf(t->id, sizeof t->id, "%s", id);
   snprintf(t->avatar_id, sizeof t->avatar_id, "%s", avatar_id);
   t->src = src, t->upload = upload, t->crop = crop, t->status = T_PENDING;
+  t->nclips = nclips;
+  for (int k = 0; k < nclips; k++) t->clip_name[k] = clip_name[k], t->clip_file[k] = clip_file[k];
+  nclips = 0; /* the task owns them now */
   t->created = g_get_monotonic_time();
   t->queued = 1;
   g_hash_table_insert(at->tasks, t->id, t);
@@ -212,6 +221,7 @@ static void start_task(fc_server *srv, SoupServerMessage *msg, const char *avata
 fail:
   if (upload) remove(src);
   g_free(src);
+  for (int k = 0; k < nclips; k++) g_free(clip_name[k]), g_free(clip_file[k]);
 }
 
 static void post_json(fc_server *srv, SoupServerMessage *msg) {
@@ -235,12 +245,33 @@ static void post_json(fc_server *srv, SoupServerMessage *msg) {
       return;
     }
   }
-  int crop = 0;
+  int crop = 0, nclips = 0;
+  char *cn[FC_STUDIO_MAX_CLIPS], *cf[FC_STUDIO_MAX_CLIPS];
   const char *src = v[1] ? v[1] : v[2];
-  if (!v[0]) fc_http_error(msg, 400, "'avatar_id' is required");
+  JsonNode *cl = json_object_get_member(o, "clips");
+  const char *bad = NULL;
+  if (cl && !JSON_NODE_HOLDS_NULL(cl)) {
+    JsonArray *a = JSON_NODE_HOLDS_ARRAY(cl) ? json_node_get_array(cl) : NULL;
+    if (!a || json_array_get_length(a) > FC_STUDIO_MAX_CLIPS) bad = "'clips' must be a list of at most 16 {name, video_path}";
+    for (guint k = 0; a && !bad && k < json_array_get_length(a); k++) {
+      JsonNode *e = json_array_get_element(a, k);
+      JsonObject *eo = JSON_NODE_HOLDS_OBJECT(e) ? json_node_get_object(e) : NULL;
+      const char *nm = eo && json_object_has_member(eo, "name") ? json_object_get_string_member_with_default(eo, "name", NULL) : NULL;
+      const char *vp = eo && json_object_has_member(eo, "video_path") ? json_object_get_string_member_with_default(eo, "video_path", NULL) : NULL;
+      if (!nm || !vp) bad = "each clip needs a 'name' and a 'video_path' (strings)";
+      else if (access(vp, R_OK) != 0) bad = "a clip's video_path is not a readable file on the server";
+      else cn[nclips] = g_strdup(nm), cf[nclips++] = g_strdup(vp);
+    }
+  }
+  if (bad) fc_http_error(msg, strstr(bad, "readable") ? 404 : 400, "%s", bad);
+  else if (!v[0]) fc_http_error(msg, 400, "'avatar_id' is required");
   else if (!src) fc_http_error(msg, 400, "'video_path' or 'image_path' is required (or upload 'file' as multipart)");
   else if (!crop_of(v[3], &crop)) fc_http_error(msg, 400, "'img_size' must be 96 or 256");
-  else start_task(srv, msg, v[0], v[4], g_strdup(src), 0, crop);
+  else {
+    start_task(srv, msg, v[0], v[4], g_strdup(src), 0, crop, nclips, cn, cf);
+    nclips = 0;
+  }
+  for (int k = 0; k < nclips; k++) g_free(cn[k]), g_free(cf[k]);
   g_object_unref(parser);
 }
 
@@ -271,7 +302,7 @@ static void post_multipart(fc_server *srv, SoupServerMessage *msg) {
       g_free(tmpl);
       fc_http_error(msg, 500, "cannot store the upload");
     } else {
-      start_task(srv, msg, field_v[0], field_v[2], tmpl, 1, crop);
+      start_task(srv, msg, field_v[0], field_v[2], tmpl, 1, crop, 0, NULL, NULL);
     }
   }
   if (file) g_bytes_unref(file);

@@ -257,6 +257,13 @@ def avatar_tasks(c):
     check(is_error(st, js, 400), "image_path not a string: 400")
     st, js, _, _ = c.post("/api/avatar/task", {"avatar_id": "y", "image_path": ASTRONAUT, "task_id": tid})
     check(is_error(st, js, 409), "duplicate task_id: 409")
+    st, js, _, _ = c.post("/api/avatar/task", {"avatar_id": "x", "video_path": ASTRONAUT, "clips": 3})
+    check(is_error(st, js, 400), "clips not a list: 400")
+    st, js, _, _ = c.post("/api/avatar/task", {"avatar_id": "x", "video_path": ASTRONAUT,
+                                               "clips": [{"name": "wave", "video_path": "/no/such.mp4"}]})
+    check(is_error(st, js, 404), "clip file missing: 404")
+    st, js, _, _ = c.post("/api/avatar/task", {"avatar_id": "x", "video_path": ASTRONAUT, "clips": [{"name": 1}]})
+    check(is_error(st, js, 400), "clip without name/video_path: 400")
     st, js, _, _ = c.post("/api/avatar/task", "{nope")
     check(is_error(st, js, 400), "avatar task malformed JSON: 400")
     st, js, _, _ = c.req("GET", "/api/avatar/task/nosuch")
