@@ -28,11 +28,19 @@ extern "C" {
 
 typedef struct fc_stream fc_stream;
 
+struct fc_frame_info;
+
 typedef struct fc_stream_params {
   const fc_avatar *avatar; /* borrowed; outlives the stream */
   fc_lipsync *lipsync;     /* borrowed; outlives the stream */
   int batch;               /* frames per lip-sync call; 0 = 16 */
   size_t max_pending;      /* most samples of speech that may wait; 0 = 10 minutes */
+  /* Optional: runs the lip-sync calls instead of fc_lipsync_run (a server routes them through
+   * its device scheduler, which batches the frames of many sessions). info[i] is the stream
+   * frame of reqs[i]. Same contract as fc_lipsync_run; called from the thread that pulls. */
+  int (*run)(void *user, const fc_lipsync_req *reqs, fc_patch *out, const struct fc_frame_info *info,
+             int n);
+  void *run_user;
 } fc_stream_params;
 
 typedef struct fc_frame_info {

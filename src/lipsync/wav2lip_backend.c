@@ -20,12 +20,16 @@
 #include <string.h>
 
 #define S FC_W2L_FACE
-#define MAX_BATCH 16
+/* Frames per network call: a GPU is fed what the device scheduler gathers across sessions
+ * (src/server: up to 64); on the CPU the cost is per frame and 16 keeps buffers small. */
+#define CPU_BATCH 16
+#define GPU_BATCH 64
 
 typedef struct w2l_state {
   fc_w2l *net;
   float *mel;
-  uint8_t *crops, *out; /* MAX_BATCH × 96×96 RGB */
+  uint8_t *crops, *out; /* max_batch × 96×96 RGB */
+  int max_batch;
 } w2l_state;
 
 static void w2l_destroy(void *p) {
@@ -46,12 +50,13 @@ static int w2l_create(const fc_lipsync_params *p, void **state) {
   if (!st) return fc_error_set(FC_ENOMEM, "wav2lip: out of memory");
   int err;
   int gpu = p->device && strncmp(p->device, "cuda", 4) == 0;
-  fc_w2l_params wp = {.device = p->device, .max_batch = MAX_BATCH,
+  st->max_batch = gpu ? GPU_BATCH : CPU_BATCH;
+  fc_w2l_params wp = {.device = p->device, .max_batch = st->max_batch,
                       .dtype = gpu ? FC_W2L_FP16 : FC_W2L_FP32};
   if (!(st->net = fc_w2l_load(p->checkpoint, &wp, &err))) goto fail;
-  st->mel = malloc(sizeof(float) * MAX_BATCH * FC_W2L_MEL_H * FC_W2L_MEL_W);
-  st->crops = malloc((size_t)MAX_BATCH * 3 * S * S);
-  st->out = malloc((size_t)MAX_BATCH * 3 * S * S);
+  st->mel = malloc(sizeof(float) * st->max_batch * FC_W2L_MEL_H * FC_W2L_MEL_W);
+  st->crops = malloc((size_t)st->max_batch * 3 * S * S);
+  st->out = malloc((size_t)st->max_batch * 3 * S * S);
   if (!st->mel || !st->crops || !st->out) {
     err = fc_error_set(FC_ENOMEM, "wav2lip: out of memory");
     goto fail;
@@ -134,8 +139,8 @@ static int run_batch(w2l_state *st, const fc_lipsync_req *reqs, fc_patch *out, i
 
 static int w2l_run(void *p, const fc_lipsync_req *reqs, fc_patch *out, int n) {
   w2l_state *st = p;
-  for (int i = 0; i < n; i += MAX_BATCH) {
-    int err = run_batch(st, reqs + i, out + i, n - i < MAX_BATCH ? n - i : MAX_BATCH);
+  for (int i = 0; i < n; i += st->max_batch) {
+    int err = run_batch(st, reqs + i, out + i, n - i < st->max_batch ? n - i : st->max_batch);
     if (err) return err;
   }
   return FC_OK;

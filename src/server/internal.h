@@ -4,7 +4,11 @@
  *  - main loop (GLib): HTTP/WS/SSE handlers, session create/close, SSE delivery, the live
  *    outputs' answer/state callbacks (marshalled here), finishing requests paused for workers;
  *  - worker pool (GThreadPool, one per core): speech synthesis, upload decoding, frame
- *    production into a session's ready queue, stopping recordings;
+ *    production into a session's ready queue (its lip-sync requests go to the device
+ *    scheduler and the worker waits for them; composing runs on the worker), stopping
+ *    recordings;
+ *  - the device scheduler's thread (src/sched): every lip-sync batch, gathered across
+ *    sessions, one backend call at a time;
  *  - pacer thread: every 40 ms takes one frame per session (ready queue, else produced late on
  *    the spot, else an idle frame) and pushes it to the live output and the recorder.
  * Locks: srv->lock guards the session table; s->lock guards a session's stream and ready queue;
@@ -16,6 +20,7 @@
 
 #include "facecast/audio.h"
 #include "facecast/live.h"
+#include "facecast/sched.h"
 #include "facecast/server.h"
 #include "facecast/stream.h"
 
@@ -50,7 +55,13 @@ typedef struct fc_server {
 
   fc_avatar *avatar;
   fc_lipsync *lipsync;
-  GMutex lipsync_lock; /* one backend call at a time (the device's scheduler comes later) */
+  /* The device scheduler: every session's lip-sync requests go through it, so the backend
+   * sees batches across sessions (and one call at a time). Its run callback copies a batch's
+   * requests and patches into these arrays (max batch long) and calls the backend. */
+  fc_sched *sched;
+  fc_lipsync_req *b_reqs;
+  fc_patch *b_patches;
+  int b_cap;
 
   GMutex lock;            /* sessions table */
   GHashTable *sessions;   /* id → fc_session* (one reference) */
@@ -87,6 +98,12 @@ struct fc_session {
   int fill_queued;
   int closed;
   uint32_t pushed_utt; /* utterance whose first frame the pacer pushed and last not yet */
+
+  /* lip-sync through the scheduler: the pulling thread waits until its requests are done */
+  fc_sched_client *client;
+  GMutex sched_lock;
+  GCond sched_cond;
+  int sched_left, sched_err;
 
   GMutex out_lock;
   fc_live *live;
@@ -131,6 +148,17 @@ void fc_session_post_event(fc_session *s, const char *type, uint32_t utt);
 void fc_session_add_sse(fc_session *s, SoupServerMessage *msg);
 /* Main loop: writes an event to the session's SSE clients. */
 void fc_session_send_sse(fc_session *s, const char *type, uint32_t utt);
+
+/* A lip-sync request's payload in the scheduler: the session's request and its patch. */
+typedef struct fc_lipsync_work {
+  const fc_lipsync_req *req;
+  fc_patch *patch;
+} fc_lipsync_work;
+/* The stream's run hook: submits a session's lip-sync requests to the scheduler and waits. */
+int fc_session_lipsync(void *session, const fc_lipsync_req *reqs, fc_patch *out,
+                       const fc_frame_info *info, int n);
+/* server.c: starts the scheduler over srv->lipsync. */
+int fc_server_sched_start(fc_server *srv);
 
 /* pacer.c */
 int fc_pacer_start(fc_server *srv);

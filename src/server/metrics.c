@@ -89,4 +89,23 @@ void fc_metrics_render(fc_server *srv, GString *o) {
                      "# TYPE facecast_session_ready_frames gauge\n");
   g_string_append_len(o, per->str, (gssize)per->len);
   g_string_free(per, TRUE);
+  fc_sched_stats st;
+  if (srv->sched && fc_sched_stats_get(srv->sched, 0, &st) == 0)
+    g_string_append_printf(
+        o,
+        "# HELP facecast_sched_batches_total Lip-sync batches the device scheduler ran.\n"
+        "# TYPE facecast_sched_batches_total counter\n"
+        "facecast_sched_batches_total{device=\"0\"} %llu\n"
+        "facecast_sched_frames_total{device=\"0\"} %llu\n"
+        "facecast_sched_late_total{device=\"0\"} %llu\n"
+        "facecast_sched_oom_retries_total{device=\"0\"} %llu\n"
+        "facecast_sched_rejected_total{device=\"0\"} %llu\n"
+        "# HELP facecast_sched_mean_batch Frames per batch.\n"
+        "facecast_sched_mean_batch{device=\"0\"} %.2f\n"
+        "facecast_sched_batch_ms_p95{device=\"0\"} %.3f\n"
+        "facecast_sched_batch_limit{device=\"0\"} %d\n"
+        "facecast_sched_queued{device=\"0\"} %d\n",
+        (unsigned long long)st.batches, (unsigned long long)st.frames,
+        (unsigned long long)st.late, (unsigned long long)st.oom_retries,
+        (unsigned long long)st.rejected, st.mean_batch, st.p95_ms, st.limit, st.queued);
 }

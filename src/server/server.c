@@ -18,13 +18,45 @@ static gint job_order(gconstpointer a, gconstpointer b, gpointer user) {
   return fb - fa;
 }
 
+/* The scheduler's device: a batch of requests from any sessions, run as one backend call. */
+static int device_run(void *user, fc_sched_req *const *reqs, int n) {
+  fc_server *srv = user;
+  if (n > srv->b_cap) return fc_error_set(FC_EINVAL, "scheduler: batch %d over %d", n, srv->b_cap);
+  for (int i = 0; i < n; i++) {
+    const fc_lipsync_work *w = reqs[i]->payload;
+    srv->b_reqs[i] = *w->req;
+    srv->b_patches[i] = *w->patch; /* the session's buffers; the backend fills them */
+  }
+  int err = fc_lipsync_run(srv->lipsync, srv->b_reqs, srv->b_patches, n);
+  for (int i = 0; i < n && !err; i++) {
+    const fc_lipsync_work *w = reqs[i]->payload;
+    *w->patch = srv->b_patches[i];
+  }
+  return err;
+}
+
+int fc_server_sched_start(fc_server *srv) {
+  /* A GPU backend gains from batches across sessions; the CPU backends cost per frame, so
+   * their batches stay as large as the sessions make them without waiting for others. */
+  int gpu = srv->p.device && strncmp(srv->p.device, "cuda", 4) == 0;
+  srv->b_cap = gpu ? 64 : 16;
+  srv->b_reqs = g_new0(fc_lipsync_req, srv->b_cap);
+  srv->b_patches = g_new0(fc_patch, srv->b_cap);
+  fc_sched_device dev = {.user = srv, .run = device_run};
+  fc_sched_params sp = {.devices = &dev, .n_devices = 1, .max_batch = srv->b_cap,
+                        .queue_cap = 4 * srv->b_cap > 256 ? 4 * srv->b_cap : 256,
+                        .client_queue = 16, .gather_ms = gpu ? 2 : -1};
+  int err;
+  if (!(srv->sched = fc_sched_create(&sp, &err))) return err;
+  return FC_OK;
+}
+
 fc_server *fc_server_create(const fc_server_params *p, int *err) {
   fc_server *srv = g_new0(fc_server, 1);
   srv->p = p ? *p : fc_server_params_default();
   if (srv->p.max_sessions <= 0) srv->p.max_sessions = 5;
   if (srv->p.width <= 0) srv->p.width = 512, srv->p.height = 512;
   g_mutex_init(&srv->lock);
-  g_mutex_init(&srv->lipsync_lock);
   srv->ctx = g_main_context_ref(g_main_context_default());
   srv->loop = g_main_loop_new(srv->ctx, FALSE);
   srv->sessions = g_hash_table_new(g_str_hash, g_str_equal);
@@ -62,6 +94,7 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
   fc_lipsync_params lp = {.model = srv->p.model, .checkpoint = srv->p.checkpoint,
                           .device = srv->p.device};
   if (!(srv->lipsync = fc_lipsync_create(&lp, err))) goto fail;
+  if ((*err = fc_server_sched_start(srv))) goto fail;
 
   srv->workers = g_thread_pool_new(fc_job_run, srv, (gint)g_get_num_processors(), FALSE, &e);
   if (!srv->workers) {
@@ -158,6 +191,9 @@ void fc_server_destroy(fc_server *srv) {
   }
   if (srv->recordings) g_hash_table_destroy(srv->recordings);
   if (srv->sessions) g_hash_table_destroy(srv->sessions);
+  fc_sched_destroy(srv->sched); /* the sessions (its clients) are gone */
+  g_free(srv->b_reqs);
+  g_free(srv->b_patches);
   fc_lipsync_destroy(srv->lipsync);
   fc_avatar_destroy(srv->avatar);
   g_free(srv->web_dir);
@@ -165,6 +201,5 @@ void fc_server_destroy(fc_server *srv) {
   if (srv->loop) g_main_loop_unref(srv->loop);
   if (srv->ctx) g_main_context_unref(srv->ctx);
   g_mutex_clear(&srv->lock);
-  g_mutex_clear(&srv->lipsync_lock);
   g_free(srv);
 }

@@ -7,6 +7,39 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void lipsync_done(void *user, fc_sched_req *req, int status) {
+  fc_session *s = user;
+  g_mutex_lock(&s->sched_lock);
+  if (status && !s->sched_err) s->sched_err = status;
+  s->sched_left--;
+  g_cond_broadcast(&s->sched_cond);
+  g_mutex_unlock(&s->sched_lock);
+  (void)req;
+}
+
+int fc_session_lipsync(void *session, const fc_lipsync_req *reqs, fc_patch *out,
+                       const fc_frame_info *info, int n) {
+  fc_session *s = session;
+  fc_lipsync_work w[16];
+  if (n > 16) return fc_error_set(FC_EINVAL, "session: lip-sync batches are at most 16 frames");
+  /* Deadlines: the frame after the ones already waiting for the pacer, 40 ms apart. An
+   * approximation of the pacer's clock, good enough to order sessions by urgency. */
+  int64_t now = fc_sched_now_ns();
+  g_mutex_lock(&s->sched_lock);
+  s->sched_left = 0, s->sched_err = 0;
+  int err = 0;
+  for (int i = 0; i < n && !err; i++) {
+    w[i] = (fc_lipsync_work){&reqs[i], &out[i]};
+    int64_t due = now + (int64_t)(s->r_count + 1 + i) * 40000000;
+    if (!(err = fc_sched_submit(s->client, due, &w[i]))) s->sched_left++;
+  }
+  while (s->sched_left > 0) g_cond_wait(&s->sched_cond, &s->sched_lock);
+  if (!err) err = s->sched_err;
+  g_mutex_unlock(&s->sched_lock);
+  (void)info;
+  return err;
+}
+
 fc_session *fc_session_new(fc_server *srv, int *err) {
   fc_session *s = NULL;
   g_mutex_lock(&srv->lock);
@@ -24,8 +57,14 @@ fc_session *fc_session_new(fc_server *srv, int *err) {
   g_mutex_init(&s->lock);
   g_mutex_init(&s->out_lock);
   s->state = FC_LIVE_CONNECTING;
+  g_mutex_init(&s->sched_lock);
+  g_cond_init(&s->sched_cond);
+  fc_sched_client_params cp = {.cls = FC_SCHED_LIVE, .done = lipsync_done, .user = s};
+  if (!(s->client = fc_sched_client_add(srv->sched, &cp, err))) goto fail;
   fc_stream_params sp = {.avatar = srv->avatar,
                          .lipsync = srv->lipsync,
+                         .run = fc_session_lipsync,
+                         .run_user = s,
                          /* One frame per lip-sync call: the pacer's fallback (a frame the
                           * workers have not made yet) then costs one frame, not a batch.
                           * Batching across sessions is the device scheduler's job. */
@@ -67,6 +106,9 @@ void fc_session_unref(fc_session *s) {
   /* The last reference: nobody can reach the session any more. The output and recorder were
    * stopped by fc_session_close (or never started). */
   fc_stream_destroy(s->stream);
+  if (s->client) fc_sched_client_remove(s->client); /* nothing of ours is queued by now */
+  g_mutex_clear(&s->sched_lock);
+  g_cond_clear(&s->sched_cond);
   for (int i = 0; i < FC_READY_FRAMES; i++) free(s->ready[i].i420);
   g_mutex_clear(&s->lock);
   g_mutex_clear(&s->out_lock);
@@ -98,9 +140,7 @@ void fc_session_fill_locked(fc_session *s, int max) {
     fc_frame_info fi;
     const uint8_t *img;
     const int16_t *pcm;
-    g_mutex_lock(&s->srv->lipsync_lock);
     int err = fc_stream_next_frame(s->stream, &fi, &img, &pcm);
-    g_mutex_unlock(&s->srv->lipsync_lock);
     if (err) {
       if (err != FC_EAGAIN && err != FC_EEOF)
         g_warning("session %s: frame production failed: %s", s->id, fc_error_detail(err));

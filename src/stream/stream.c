@@ -39,6 +39,9 @@ typedef struct utterance {
 struct fc_stream {
   const fc_avatar *av;
   fc_lipsync *ls;
+  int (*run)(void *user, const fc_lipsync_req *reqs, fc_patch *out, const fc_frame_info *info,
+             int n);
+  void *run_user;
   int batch;
   size_t max_pending;
 
@@ -102,6 +105,8 @@ fc_stream *fc_stream_create(const fc_stream_params *p, int *err) {
   if (!s) goto oom;
   s->av = p->avatar;
   s->ls = p->lipsync;
+  s->run = p->run;
+  s->run_user = p->run_user;
   s->batch = p->batch > 0 ? p->batch : 16;
   s->max_pending = p->max_pending ? p->max_pending : (size_t)600 * FC_SAMPLE_RATE;
   s->next_utt_id = 1;
@@ -263,6 +268,11 @@ static void consume_frame(fc_stream *s) {
   if (!s->n_utt) s->n_ph = 0;
 }
 
+static int lipsync(fc_stream *s, const fc_lipsync_req *reqs, fc_patch *out,
+                   const fc_frame_info *info, int n) {
+  return s->run ? s->run(s->run_user, reqs, out, info, n) : fc_lipsync_run(s->ls, reqs, out, n);
+}
+
 /* Fills the ring with up to `batch` frames. Returns how many, or an error. */
 static int produce(fc_stream *s) {
   size_t full = s->len / SPF + (s->ended && s->len % SPF ? 1 : 0);
@@ -318,7 +328,7 @@ static int produce(fc_stream *s) {
     consume_frame(s);
   }
   if (k <= 0) return 0;
-  int err = fc_lipsync_run(s->ls, s->reqs, s->patches, k);
+  int err = lipsync(s, s->reqs, s->patches, s->info, k);
   if (err) return err;
   for (int i = 0; i < k; i++)
     if ((err = fc_compose_i420(s->av, s->reqs[i].frame, &s->patches[i], s->i420[i], s->scratch)))
@@ -391,7 +401,8 @@ int fc_stream_idle_frame(fc_stream *s, fc_frame_info *info, const uint8_t **i420
       uint8_t *img = malloc(fsz);
       if (!img) return fc_error_set(FC_ENOMEM, "stream: out of memory");
       fc_lipsync_req rq = {.avatar = s->av, .frame = 0};
-      int err = fc_lipsync_run(s->ls, &rq, &s->patches[0], 1);
+      fc_frame_info fi = {.index = s->next_index};
+      int err = lipsync(s, &rq, &s->patches[0], &fi, 1);
       if (!err) err = fc_compose_i420(s->av, 0, &s->patches[0], img, s->scratch);
       if (err) {
         free(img);

@@ -455,6 +455,8 @@ def main():
         st, _, body, _ = c.req("GET", "/metrics")
         text = body.decode()
         check(st == 200 and "facecast_sessions 1" in text and "facecast_frame_lateness_ms_bucket" in text, "metrics")
+        m = re.search(r'facecast_sched_frames_total\{device="0"\} (\d+)', text)
+        check(m is not None and int(m.group(1)) > 0, "metrics: the device scheduler ran the sessions' frames")
         st, js, _, _ = c.req("PUT", "/human", {"x": 1})
         check(st in (404, 405) and js["code"] == -1, "wrong method: 4xx JSON")
         avatar_tasks(c)
