@@ -28,6 +28,9 @@ typedef struct fc_server_params {
   const char *web_dir;     /* static files served at /; NULL = the built-in web/ folder */
   const char *record_dir;  /* where recordings go; NULL = a private temporary folder */
   int quiet;               /* no per-session fps log lines */
+  int solo_batches;        /* benchmarks: no cross-session batching — each session runs its own
+                            * batches of 16 frames, one backend call at a time (LiveTalking's
+                            * design), instead of the device scheduler */
 } fc_server_params;
 
 fc_server_params fc_server_params_default(void);
@@ -49,6 +52,8 @@ typedef struct fc_serve_bench {
   double final_fps;         /* frames per second per session that reached the encoder */
   double late_p50_ms, late_p99_ms; /* pacer push time minus deadline, over all frames */
   double cpu_per_session;   /* CPU cores used by the process per session */
+  double mean_batch;        /* frames per lip-sync backend call */
+  double batch_p95_ms;      /* backend call time, p95 (scheduler runs only) */
   unsigned long long dropped, skipped_ticks, late_frames;
 } fc_serve_bench;
 

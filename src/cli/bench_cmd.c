@@ -24,7 +24,9 @@ static void bench_usage(FILE *f) {
   fputs("usage: facecast bench render [--seconds S] [--size N|WxH] [--avatar IMG]\n"
         "                             [--preset P] [--json]\n"
         "       facecast bench serve [--sessions N[,N...]] [--seconds S] [--talking FRACTION]\n"
-        "                            [--size N|WxH] [--avatar IMG] [--json]\n"
+        "                            [--size N|WxH] [--avatar IMG|PACK] [--json] [--out PREFIX]\n"
+        "                            [--model parametric|wav2lip --checkpoint FILE]\n"
+        "                            [--device cpu|cuda[:N]] [--solo]\n"
         "       facecast bench model --checkpoint FILE [--device cpu|cuda] [--dtype fp32|fp16|bf16]\n"
         "                            [--batches 1,4,8,16,...] [--seconds S] [--json]\n"
         "       facecast bench pack [--frames N] [--size WxH] [--processes P] [--runs R]\n"
@@ -35,13 +37,85 @@ static void bench_usage(FILE *f) {
 /* bench serve: for each session count, N live sessions (NULL outputs: encoders into
  * fakesinks) with the real pacer and workers; prints final fps, lateness and CPU, and the
  * largest N that holds 25 fps with p99 lateness <= 40 ms. */
+/* bench serve --out PREFIX: PREFIX.json (every point), PREFIX.md (the table) and PREFIX.svg
+ * (final fps and p99 lateness against sessions, the 25 fps and 40 ms lines drawn). */
+static int write_serve_report(const char *prefix, const fc_server_params *sp, const char *model,
+                              const char *device, const char *mode, double talking,
+                              const fc_serve_bench *r, int n, int best) {
+  char path[4096];
+  FILE *f;
+  snprintf(path, sizeof path, "%s.json", prefix);
+  if (!(f = fopen(path, "w"))) return fc_error_set(FC_EIO, "%s: cannot write", path);
+  fprintf(f, "{\"width\":%d,\"height\":%d,\"model\":\"%s\",\"device\":\"%s\",\"batching\":\"%s\","
+          "\"talking\":%.2f,\"max_sessions_holding\":%d,\"points\":[", sp->width, sp->height,
+          model, device, mode, talking, best);
+  for (int i = 0; i < n; i++)
+    fprintf(f, "%s{\"sessions\":%d,\"final_fps\":%.2f,\"late_p50_ms\":%.2f,\"late_p99_ms\":%.2f,"
+            "\"cpu_per_session\":%.4f,\"mean_batch\":%.2f,\"batch_p95_ms\":%.3f,\"dropped\":%llu}",
+            i ? "," : "", r[i].sessions, r[i].final_fps, r[i].late_p50_ms, r[i].late_p99_ms,
+            r[i].cpu_per_session, r[i].mean_batch, r[i].batch_p95_ms, r[i].dropped);
+  fprintf(f, "]}\n");
+  fclose(f);
+  snprintf(path, sizeof path, "%s.md", prefix);
+  if (!(f = fopen(path, "w"))) return fc_error_set(FC_EIO, "%s: cannot write", path);
+  fprintf(f, "%dx%d, %s on %s, %s batches, %.0f %% talking: %d sessions hold 25 fps with p99 "
+          "lateness <= 40 ms\n\n| sessions | final fps | p50 late ms | p99 late ms | CPU/session | "
+          "frames/batch | dropped |\n|---|---|---|---|---|---|---|\n", sp->width, sp->height, model,
+          device, mode, talking * 100, best);
+  for (int i = 0; i < n; i++)
+    fprintf(f, "| %d | %.2f | %.2f | %.2f | %.1f %% | %.1f | %llu |\n", r[i].sessions,
+            r[i].final_fps, r[i].late_p50_ms, r[i].late_p99_ms, r[i].cpu_per_session * 100,
+            r[i].mean_batch, r[i].dropped);
+  fclose(f);
+  snprintf(path, sizeof path, "%s.svg", prefix);
+  if (!(f = fopen(path, "w"))) return fc_error_set(FC_EIO, "%s: cannot write", path);
+  const double W = 640, H = 360, L = 60, R = 60, T = 30, B = 40;
+  int xmax = 1;
+  double lmax = 80;
+  for (int i = 0; i < n; i++) {
+    if (r[i].sessions > xmax) xmax = r[i].sessions;
+    if (r[i].late_p99_ms > lmax) lmax = r[i].late_p99_ms;
+  }
+  if (lmax > 400) lmax = 400;
+#define X(v) (L + (W - L - R) * (double)(v) / xmax)
+#define YF(v) (H - B - (H - T - B) * (v) / 30.0)
+#define YL(v) (H - B - (H - T - B) * ((v) < lmax ? (v) : lmax) / lmax)
+  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+          "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+          "<text x=\"%.0f\" y=\"18\">%dx%d %s on %s, %s batches: final fps (blue) and p99 lateness ms "
+          "(red) per session count</text>\n", W, H, L, sp->width, sp->height, model, device, mode);
+  fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#88f\" stroke-dasharray=\"4\"/>\n",
+          L, YF(25), W - R, YF(25));
+  fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#f88\" stroke-dasharray=\"4\"/>\n",
+          L, YL(40), W - R, YL(40));
+  fprintf(f, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n", L, H - B, W - R, H - B);
+  fprintf(f, "<text x=\"%.0f\" y=\"%.0f\">0</text><text x=\"%.0f\" y=\"%.0f\">%d sessions</text>\n",
+          L, H - B + 16, W - R - 60, H - B + 16, xmax);
+  for (int k = 0; k < 2; k++) {
+    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", k ? "#d22" : "#22d");
+    for (int i = 0; i < n; i++)
+      fprintf(f, "%.1f,%.1f ", X(r[i].sessions), k ? YL(r[i].late_p99_ms) : YF(r[i].final_fps));
+    fprintf(f, "\"/>\n");
+  }
+  fprintf(f, "<text x=\"4\" y=\"%.1f\" fill=\"#22d\">25 fps</text><text x=\"%.0f\" y=\"%.1f\" "
+          "fill=\"#d22\">40 ms</text>\n</svg>\n", YF(25) + 4, W - R + 4, YL(40) + 4);
+#undef X
+#undef YF
+#undef YL
+  fclose(f);
+  return FC_OK;
+}
+
 static int bench_serve(int argc, char **argv) {
   static const struct option opts[] = {
       {"sessions", required_argument, 0, 'n'}, {"seconds", required_argument, 0, 'S'},
       {"talking", required_argument, 0, 't'},  {"size", required_argument, 0, 's'},
       {"avatar", required_argument, 0, 'a'},   {"json", no_argument, 0, 'j'},
-      {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
-  const char *list = "1,2,4,8,12,16,20,24,28,32";
+      {"model", required_argument, 0, 'm'},    {"device", required_argument, 0, 'd'},
+      {"checkpoint", required_argument, 0, 'c'}, {"solo", no_argument, 0, 'o'},
+      {"out", required_argument, 0, 'O'},      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  const char *list = "1,2,4,8,12,16,20,24,28,32", *outp = NULL;
   double seconds = 10, talking = 1.0;
   int json = 0, c, err;
   fc_server_params sp = fc_server_params_default();
@@ -69,11 +143,17 @@ static int bench_serve(int argc, char **argv) {
       break;
     case 'a': sp.avatar = optarg; break;
     case 'j': json = 1; break;
+    case 'm': sp.model = optarg; break;
+    case 'd': sp.device = optarg; break;
+    case 'c': sp.checkpoint = optarg; break;
+    case 'o': sp.solo_batches = 1; break;
+    case 'O': outp = optarg; break;
     case 'h': bench_usage(stdout); return FC_EXIT_OK;
     default: bench_usage(stderr); return FC_EXIT_INPUT;
     }
   }
   int counts[64], nc = 0;
+  fc_serve_bench res[64];
   for (const char *q = list; *q && nc < 64;) {
     char *end;
     long v = strtol(q, &end, 10);
@@ -84,33 +164,39 @@ static int bench_serve(int argc, char **argv) {
     counts[nc++] = (int)v;
     q = *end ? end + 1 : end;
   }
+  const char *model = sp.model ? sp.model : "parametric", *device = sp.device ? sp.device : "cpu";
+  const char *mode = sp.solo_batches ? "solo" : "cross-session";
   if (!json)
-    printf("bench serve: %dx%d, %.0f %% talking, %.0f s per point\n"
-           "sessions  final fps  p50 late ms  p99 late ms  CPU/session  dropped  holds\n",
-           sp.width, sp.height, talking * 100, seconds);
+    printf("bench serve: %dx%d, %s on %s, %s batches, %.0f %% talking, %.0f s per point\n"
+           "sessions  final fps  p50 late ms  p99 late ms  CPU/session  batch  dropped  holds\n",
+           sp.width, sp.height, model, device, mode, talking * 100, seconds);
   int best = 0;
   for (int i = 0; i < nc; i++) {
     fc_serve_bench r;
     int talk = (int)(counts[i] * talking + 0.5);
     if ((err = fc_server_bench(&sp, counts[i], talk, seconds, &r))) return fc_cli_fail(err);
+    res[i] = r;
     int holds = r.final_fps >= 24.5 && r.late_p99_ms <= 40.0;
     if (holds && counts[i] > best) best = counts[i];
     if (json)
       printf("{\"bench\":\"serve\",\"sessions\":%d,\"talking\":%d,\"width\":%d,\"height\":%d,"
              "\"final_fps\":%.2f,\"late_p50_ms\":%.2f,\"late_p99_ms\":%.2f,"
              "\"cpu_per_session\":%.4f,\"dropped\":%llu,\"skipped_ticks\":%llu,"
-             "\"late_frames\":%llu,\"holds\":%s}\n",
+             "\"late_frames\":%llu,\"mean_batch\":%.2f,\"batch_p95_ms\":%.3f,"
+             "\"model\":\"%s\",\"device\":\"%s\",\"batching\":\"%s\",\"holds\":%s}\n",
              r.sessions, r.talking, sp.width, sp.height, r.final_fps, r.late_p50_ms,
              r.late_p99_ms, r.cpu_per_session, r.dropped, r.skipped_ticks, r.late_frames,
-             holds ? "true" : "false");
+             r.mean_batch, r.batch_p95_ms, model, device, mode, holds ? "true" : "false");
     else
-      printf("%8d  %9.2f  %11.2f  %11.2f  %10.1f%%  %7llu  %s\n", r.sessions, r.final_fps,
-             r.late_p50_ms, r.late_p99_ms, r.cpu_per_session * 100, r.dropped,
+      printf("%8d  %9.2f  %11.2f  %11.2f  %10.1f%%  %5.1f  %7llu  %s\n", r.sessions, r.final_fps,
+             r.late_p50_ms, r.late_p99_ms, r.cpu_per_session * 100, r.mean_batch, r.dropped,
              holds ? "yes" : "no");
     fflush(stdout);
   }
   if (json) printf("{\"bench\":\"serve\",\"max_sessions_holding\":%d}\n", best);
   else printf("largest session count holding 25 fps with p99 lateness <= 40 ms: %d\n", best);
+  if (outp && (err = write_serve_report(outp, &sp, model, device, mode, talking, res, nc, best)))
+    return fc_cli_fail(err);
   return FC_EXIT_OK;
 }
 

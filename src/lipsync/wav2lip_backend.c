@@ -15,6 +15,7 @@
 #include "facecast/wav2lip.h"
 #include "lipsync/backend.h"
 
+#include <glib.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,22 +26,45 @@
 #define CPU_BATCH 16
 #define GPU_BATCH 64
 
+struct w2l_state;
+typedef struct task {
+  struct w2l_state *st;
+  int k, finish;
+} task;
+
 typedef struct w2l_state {
   fc_w2l *net;
   float *mel;
   uint8_t *crops, *out; /* max_batch × 96×96 RGB */
   int max_batch;
+  int gpu; /* batches are rounded up to powers of two: one CUDA plan and graph per bucket */
+  /* helper threads for the per-frame work of large batches (GPU only) */
+  GThreadPool *pool;
+  GMutex lock;
+  GCond cond;
+  int left;
+  struct task *tasks;
+  const fc_lipsync_req *cur_reqs;
+  fc_patch *cur_out;
 } w2l_state;
 
 static void w2l_destroy(void *p) {
   w2l_state *st = p;
   if (!st) return;
+  if (st->pool) {
+    g_thread_pool_free(st->pool, FALSE, TRUE);
+    g_mutex_clear(&st->lock);
+    g_cond_clear(&st->cond);
+  }
+  free(st->tasks);
   fc_w2l_destroy(st->net);
   free(st->mel);
   free(st->crops);
   free(st->out);
   free(st);
 }
+
+static void run_task(gpointer data, gpointer user);
 
 static int w2l_create(const fc_lipsync_params *p, void **state) {
   *state = NULL;
@@ -60,6 +84,24 @@ static int w2l_create(const fc_lipsync_params *p, void **state) {
   if (!st->mel || !st->crops || !st->out) {
     err = fc_error_set(FC_ENOMEM, "wav2lip: out of memory");
     goto fail;
+  }
+  st->gpu = gpu;
+  if (gpu) {
+    int nt = (int)g_get_num_processors();
+    g_mutex_init(&st->lock);
+    g_cond_init(&st->cond);
+    if (!(st->tasks = calloc((size_t)st->max_batch, sizeof *st->tasks)) ||
+        !(st->pool = g_thread_pool_new(run_task, NULL, nt > 1 ? nt : 1, TRUE, NULL))) {
+      err = fc_error_set(FC_ENOMEM, "wav2lip: cannot start helper threads");
+      goto fail;
+    }
+  }
+  if (gpu) { /* set up every bucket now (algorithm search, graph capture), not mid-stream */
+    memset(st->mel, 0, sizeof(float) * st->max_batch * FC_W2L_MEL_H * FC_W2L_MEL_W);
+    memset(st->crops, 0, (size_t)st->max_batch * 3 * S * S);
+    for (int b = 1; b <= st->max_batch; b *= 2)
+      for (int k = 0; k < 2; k++)
+        if ((err = fc_w2l_infer_u8(st->net, st->mel, st->crops, st->out, b))) goto fail;
   }
   *state = st;
   return FC_OK;
@@ -101,39 +143,86 @@ static float out_sample(const uint8_t *img, int c, float x, float y) {
   return top + fy * (bot - top);
 }
 
-static int run_batch(w2l_state *st, const fc_lipsync_req *reqs, fc_patch *out, int n) {
-  for (int k = 0; k < n; k++) {
-    const fc_lipsync_req *rq = &reqs[k];
-    if (!rq->avatar || !rq->mel) return fc_error_set(FC_EINVAL, "wav2lip: request without mel");
-    fc_rect box = face_box(rq->avatar, rq->frame);
-    out[k].place = box;
-    fc_image crop = {.w = S, .h = S, .stride = 3 * S, .rgb = st->crops + (size_t)k * 3 * S * S};
-    fc_rect where;
-    const fc_image *im = fc_avatar_face_region(rq->avatar, rq->frame, &where);
-    fc_image_resize_region(im, (fc_rect){box.x - where.x, box.y - where.y, box.w, box.h}, &crop);
-    memcpy(st->mel + (size_t)k * FC_W2L_MEL_H * FC_W2L_MEL_W, rq->mel,
-           sizeof(float) * FC_W2L_MEL_H * FC_W2L_MEL_W);
-  }
-  int err = fc_w2l_infer_u8(st->net, st->mel, st->crops, st->out, n);
-  if (err) return err;
-  for (int k = 0; k < n; k++) {
-    fc_rect r = out[k].place;
-    const uint8_t *o = st->out + (size_t)k * 3 * S * S;
-    float sx = (float)S / r.w, sy = (float)S / r.h;
-    for (int y = 0; y < r.h; y++) {
-      float v = (y + 0.5f) / r.h; /* 0 at the top of the box, 1 at the bottom */
-      float a_v = v < 0.45f ? 0 : v > 0.6f ? 1 : (v - 0.45f) / 0.15f;
-      float a_b = v > 0.95f ? (1.0f - v) / 0.05f : 1.0f;
-      for (int x = 0; x < r.w; x++) {
-        float u = (x + 0.5f) / r.w;
-        float a_s = u < 0.08f ? u / 0.08f : u > 0.92f ? (1.0f - u) / 0.08f : 1.0f;
-        float fx = (x + 0.5f) * sx - 0.5f, fy = (y + 0.5f) * sy - 0.5f;
-        uint8_t *px = out[k].rgb + ((size_t)y * r.w + x) * 3;
-        for (int c = 0; c < 3; c++) px[c] = (uint8_t)(out_sample(o, c, fx, fy) + 0.5f);
-        out[k].alpha[(size_t)y * r.w + x] = (uint8_t)lrintf(255.0f * a_v * a_b * a_s);
-      }
+/* Frame k's input: the face box cut out and resized to 96×96, its mel window. */
+static void prep_frame(w2l_state *st, int k) {
+  const fc_lipsync_req *rq = &st->cur_reqs[k];
+  fc_rect box = face_box(rq->avatar, rq->frame);
+  fc_image crop = {.w = S, .h = S, .stride = 3 * S, .rgb = st->crops + (size_t)k * 3 * S * S};
+  fc_rect where;
+  const fc_image *im = fc_avatar_face_region(rq->avatar, rq->frame, &where);
+  fc_image_resize_region(im, (fc_rect){box.x - where.x, box.y - where.y, box.w, box.h}, &crop);
+  memcpy(st->mel + (size_t)k * FC_W2L_MEL_H * FC_W2L_MEL_W, rq->mel,
+         sizeof(float) * FC_W2L_MEL_H * FC_W2L_MEL_W);
+}
+
+/* Frame k's patch: the network's 96×96 resized back over the box. Only the rows the mask shows
+ * are made (it is transparent above 45 % of the box), so the patch starts there. */
+static void finish_frame(w2l_state *st, int k) {
+  const fc_lipsync_req *rq = &st->cur_reqs[k];
+  fc_patch *pt = &st->cur_out[k];
+  fc_rect box = face_box(rq->avatar, rq->frame);
+  int y0 = (int)(0.45f * box.h) & ~1;
+  fc_rect r = {box.x, box.y + y0, box.w, box.h - y0};
+  pt->place = r;
+  const uint8_t *o = st->out + (size_t)k * 3 * S * S;
+  float sx = (float)S / box.w, sy = (float)S / box.h;
+  for (int y = 0; y < r.h; y++) {
+    int by = y + y0;                  /* row in the box */
+    float v = (by + 0.5f) / box.h;    /* 0 at the top of the box, 1 at the bottom */
+    float a_v = v < 0.45f ? 0 : v > 0.6f ? 1 : (v - 0.45f) / 0.15f;
+    float a_b = v > 0.95f ? (1.0f - v) / 0.05f : 1.0f;
+    for (int x = 0; x < r.w; x++) {
+      float u = (x + 0.5f) / r.w;
+      float a_s = u < 0.08f ? u / 0.08f : u > 0.92f ? (1.0f - u) / 0.08f : 1.0f;
+      float fx = (x + 0.5f) * sx - 0.5f, fy = (by + 0.5f) * sy - 0.5f;
+      uint8_t *px = pt->rgb + ((size_t)y * r.w + x) * 3;
+      for (int c = 0; c < 3; c++) px[c] = (uint8_t)(out_sample(o, c, fx, fy) + 0.5f);
+      pt->alpha[(size_t)y * r.w + x] = (uint8_t)lrintf(255.0f * a_v * a_b * a_s);
     }
   }
+}
+
+/* The per-frame work of a batch runs on helper threads (a GPU batch gathers many sessions'
+ * frames, and these loops would otherwise run one frame after another on the scheduler's
+ * thread): each task is one frame of one phase. */
+static void run_task(gpointer data, gpointer user) {
+  task *t = data;
+  if (t->finish) finish_frame(t->st, t->k);
+  else prep_frame(t->st, t->k);
+  g_mutex_lock(&t->st->lock);
+  if (--t->st->left == 0) g_cond_signal(&t->st->cond);
+  g_mutex_unlock(&t->st->lock);
+  (void)user;
+}
+
+static void each_frame(w2l_state *st, int n, int finish) {
+  if (!st->pool || n < 4) {
+    for (int k = 0; k < n; k++) finish ? finish_frame(st, k) : prep_frame(st, k);
+    return;
+  }
+  st->left = n;
+  for (int k = 0; k < n; k++) {
+    st->tasks[k] = (task){st, k, finish};
+    g_thread_pool_push(st->pool, &st->tasks[k], NULL);
+  }
+  g_mutex_lock(&st->lock);
+  while (st->left > 0) g_cond_wait(&st->cond, &st->lock);
+  g_mutex_unlock(&st->lock);
+}
+
+static int run_batch(w2l_state *st, const fc_lipsync_req *reqs, fc_patch *out, int n) {
+  for (int k = 0; k < n; k++)
+    if (!reqs[k].avatar || !reqs[k].mel) return fc_error_set(FC_EINVAL, "wav2lip: request without mel");
+  st->cur_reqs = reqs, st->cur_out = out;
+  each_frame(st, n, 0);
+  int nb = n; /* rounded up to a bucket; its extra frames compute garbage nobody reads */
+  if (st->gpu)
+    for (nb = 1; nb < n; nb *= 2) {
+    }
+  if (nb > st->max_batch) nb = st->max_batch;
+  int err = fc_w2l_infer_u8(st->net, st->mel, st->crops, st->out, nb);
+  if (err) return err;
+  each_frame(st, n, 1);
   return FC_OK;
 }
 

@@ -95,6 +95,9 @@ int fc_server_bench(const fc_server_params *p, int sessions, int talking, double
     drop0 += st0->frames_dropped;
   }
   uint64_t skip0 = srv->ticks_skipped, late0 = srv->frames_late;
+  fc_sched_stats ss0 = {0}, ss1 = {0};
+  if (srv->sched) fc_sched_stats_get(srv->sched, 0, &ss0);
+  uint64_t solo_c0 = srv->solo_calls, solo_f0 = srv->solo_frames;
   srv->late_n = 0;
   srv->late_cap = cap;
   srv->late_samples = samples;
@@ -105,6 +108,15 @@ int fc_server_bench(const fc_server_params *p, int sessions, int talking, double
   double wall = (g_get_monotonic_time() - w0) / 1e6;
   double cpu = cpu_seconds() - c0;
   srv->late_samples = NULL;
+  if (srv->sched) {
+    fc_sched_stats_get(srv->sched, 0, &ss1);
+    uint64_t nb = ss1.batches - ss0.batches;
+    out->mean_batch = nb ? (double)(ss1.frames - ss0.frames) / nb : 0;
+    out->batch_p95_ms = ss1.p95_ms;
+  } else {
+    uint64_t nb = srv->solo_calls - solo_c0;
+    out->mean_batch = nb ? (double)(srv->solo_frames - solo_f0) / nb : 0;
+  }
   uint64_t enc1 = 0, drop1 = 0;
   for (int i = 0; i < sessions; i++) {
     fc_live_get_stats(b.s[i]->live, st0);

@@ -58,7 +58,9 @@ typedef struct fc_server {
   /* The device scheduler: every session's lip-sync requests go through it, so the backend
    * sees batches across sessions (and one call at a time). Its run callback copies a batch's
    * requests and patches into these arrays (max batch long) and calls the backend. */
-  fc_sched *sched;
+  fc_sched *sched;           /* NULL with solo_batches: then solo_lock serialises backend calls */
+  GMutex solo_lock;
+  uint64_t solo_calls, solo_frames;
   fc_lipsync_req *b_reqs;
   fc_patch *b_patches;
   int b_cap;

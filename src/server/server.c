@@ -94,9 +94,14 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
   fc_lipsync_params lp = {.model = srv->p.model, .checkpoint = srv->p.checkpoint,
                           .device = srv->p.device};
   if (!(srv->lipsync = fc_lipsync_create(&lp, err))) goto fail;
-  if ((*err = fc_server_sched_start(srv))) goto fail;
+  g_mutex_init(&srv->solo_lock);
+  if (!srv->p.solo_batches && (*err = fc_server_sched_start(srv))) goto fail;
 
-  srv->workers = g_thread_pool_new(fc_job_run, srv, (gint)g_get_num_processors(), FALSE, &e);
+  /* One worker per core; with a GPU backend a producing worker mostly waits for its batch, and
+   * a batch holds at most as many sessions as there are workers waiting: four per core. */
+  int gpu = srv->p.device && strncmp(srv->p.device, "cuda", 4) == 0;
+  srv->workers = g_thread_pool_new(fc_job_run, srv, (gint)g_get_num_processors() * (gpu ? 4 : 1),
+                                   FALSE, &e);
   if (!srv->workers) {
     *err = fc_error_set(FC_ENOMEM, "cannot start workers: %s", e->message);
     g_error_free(e);
@@ -192,6 +197,7 @@ void fc_server_destroy(fc_server *srv) {
   if (srv->recordings) g_hash_table_destroy(srv->recordings);
   if (srv->sessions) g_hash_table_destroy(srv->sessions);
   fc_sched_destroy(srv->sched); /* the sessions (its clients) are gone */
+  g_mutex_clear(&srv->solo_lock);
   g_free(srv->b_reqs);
   g_free(srv->b_patches);
   fc_lipsync_destroy(srv->lipsync);

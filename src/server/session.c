@@ -40,6 +40,19 @@ int fc_session_lipsync(void *session, const fc_lipsync_req *reqs, fc_patch *out,
   return err;
 }
 
+/* Without the scheduler (benchmarks' solo_batches): the session's own batch, one backend call
+ * at a time across the server. */
+static int solo_lipsync(void *session, const fc_lipsync_req *reqs, fc_patch *out,
+                        const fc_frame_info *info, int n) {
+  fc_server *srv = ((fc_session *)session)->srv;
+  g_mutex_lock(&srv->solo_lock);
+  int err = fc_lipsync_run(srv->lipsync, reqs, out, n);
+  srv->solo_calls++, srv->solo_frames += (uint64_t)n;
+  g_mutex_unlock(&srv->solo_lock);
+  (void)info;
+  return err;
+}
+
 fc_session *fc_session_new(fc_server *srv, int *err) {
   fc_session *s = NULL;
   g_mutex_lock(&srv->lock);
@@ -60,15 +73,15 @@ fc_session *fc_session_new(fc_server *srv, int *err) {
   g_mutex_init(&s->sched_lock);
   g_cond_init(&s->sched_cond);
   fc_sched_client_params cp = {.cls = FC_SCHED_LIVE, .done = lipsync_done, .user = s};
-  if (!(s->client = fc_sched_client_add(srv->sched, &cp, err))) goto fail;
+  if (srv->sched && !(s->client = fc_sched_client_add(srv->sched, &cp, err))) goto fail;
   fc_stream_params sp = {.avatar = srv->avatar,
                          .lipsync = srv->lipsync,
-                         .run = fc_session_lipsync,
+                         .run = srv->sched ? fc_session_lipsync : solo_lipsync,
                          .run_user = s,
                          /* One frame per lip-sync call: the pacer's fallback (a frame the
                           * workers have not made yet) then costs one frame, not a batch.
                           * Batching across sessions is the device scheduler's job. */
-                         .batch = 1,
+                         .batch = srv->sched ? 1 : 16,
                          .max_pending = (size_t)120 * FC_SAMPLE_RATE};
   if (!(s->stream = fc_stream_create(&sp, err))) goto fail;
   size_t fsz = (size_t)fc_avatar_width(srv->avatar) * fc_avatar_height(srv->avatar) * 3 / 2;
