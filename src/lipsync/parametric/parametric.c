@@ -1,6 +1,10 @@
 /* The "parametric" lip-sync backend: no weights, a mouth drawn by warping the lower face.
  *
- * Given the avatar's mouth geometry (centre of the lips' meeting line, corner half-width, the
+ * Frames with usable 68-point landmarks go to the landmark mesh renderer (v1, lmwarp.c); the
+ * rest (no shape model installed, a face too close to the region's edge) to the v0 renderer
+ * below, so every avatar still speaks. The capacity covers whichever path a frame takes.
+ *
+ * v0: given the avatar's mouth geometry (centre of the lips' meeting line, corner half-width, the
  * opening visible at rest, face height) and a requested shape (open, wide, round), each patch
  * pixel is produced by an inverse warp of the avatar frame:
  *   - horizontally, the lips spread or purse around the centre (weight falling off away from
