@@ -2,10 +2,8 @@
  *
  * The table follows the usual viseme classes (closed bilabials, labiodental f/v, spread
  * vowels, rounded vowels, open vowels) over espeak-ng's ASCII phoneme mnemonics; longer names
- * are matched first ("aI" before "a"). The audio path measures, per frame, the RMS level against
- * a slowly decaying peak (so quiet and loud speakers both open fully), the zero-crossing rate
- * (fricatives: high, lips nearly closed and spread) and the share of energy below ~700 Hz
- * (rounded back vowels put most of theirs there).
+ * are matched first ("aI" before "a"). The audio path is the MFCC classifier of
+ * audio_visemes.c, whose state the tracker embeds; the phoneme path uses its silence test.
  */
 #include "facecast/audio.h"
 #include "facecast/visemes.h"
@@ -51,13 +49,10 @@ fc_mouth fc_viseme_of_phoneme(const char *name) {
 
 void fc_viseme_tracker_init(fc_viseme_tracker *t) {
   memset(t, 0, sizeof *t);
-  t->peak_db = -20.0f;
+  fc_avis_init(&t->avis);
 }
 
-static float clampf(float v, float lo, float hi) { return v < lo ? lo : v > hi ? hi : v; }
-
-/* The overlap-weighted phoneme target over [a, b). */
-static fc_mouth phoneme_target(const fc_phoneme *ph, size_t n, int64_t a, int64_t b) {
+fc_mouth fc_viseme_target(const fc_phoneme *ph, size_t n, int64_t a, int64_t b) {
   fc_mouth m = {0, 0, 0};
   float wsum = 0;
   for (size_t k = 0; k < n; k++) {
@@ -81,40 +76,15 @@ static fc_mouth phoneme_target(const fc_phoneme *ph, size_t n, int64_t a, int64_
 
 fc_mouth fc_viseme_tracker_push(fc_viseme_tracker *t, const float *pcm, int64_t frame_start,
                                 const fc_phoneme *ph, size_t n_ph) {
-  const int n = FC_SAMPLES_PER_FRAME;
-  /* One-pole low-pass at ~700 Hz: a = exp(-2π·700/16000). */
-  const float a = 0.7596f;
-  double e = 0, e_low = 0;
-  int zc = 0;
-  float prev = t->prev_sample, lp = t->lp;
-  for (int i = 0; i < n; i++) {
-    float x = pcm[i];
-    e += (double)x * x;
-    lp = a * lp + (1 - a) * x;
-    e_low += (double)lp * lp;
-    zc += (x >= 0) != (prev >= 0);
-    prev = x;
-  }
-  t->prev_sample = prev;
-  t->lp = lp;
-  float db = 10.0f * log10f((float)(e / n) + 1e-12f);
-  t->peak_db = db > t->peak_db ? db : t->peak_db - 0.05f;
-  if (t->peak_db < -40.0f) t->peak_db = -40.0f;
-  int silent = db < -55.0f;
-  float level = silent ? 0 : clampf((db - (t->peak_db - 32.0f)) / 26.0f, 0, 1);
-
-  fc_mouth target;
-  if (ph && n_ph) {
-    target = phoneme_target(ph, n_ph, frame_start, frame_start + n);
-    if (silent) target = (fc_mouth){0, 0, 0};
-  } else {
-    float zcr = (float)zc / n;
-    float fric = clampf((zcr - 0.18f) / 0.25f, 0, 1);
-    float low = e > 0 ? (float)(e_low / e) : 0;
-    target.open = powf(level, 0.8f) * (1.0f - 0.6f * fric);
-    target.wide = level * clampf(0.25f + 0.6f * fric, 0, 1);
-    target.round = level * 0.7f * clampf((low - 0.8f) / 0.15f, 0, 1) * (1 - fric);
-  }
+  /* The classifier's state advances on every frame, phonemes or not, so streamed audio after
+   * an utterance finds its level follower and context warm. */
+  float feat[FC_AVIS_NFEAT];
+  int silent;
+  fc_avis_features(&t->avis, pcm, feat, &silent);
+  fc_mouth target = {0, 0, 0};
+  if (!silent)
+    target = ph && n_ph ? fc_viseme_target(ph, n_ph, frame_start, frame_start + FC_SAMPLES_PER_FRAME)
+                        : fc_avis_predict(feat);
   /* Closing (p, b, m, silence) is quick; opening a little slower, as muscles are. */
   float k = target.open < t->cur.open ? 0.75f : 0.6f;
   t->cur.open += k * (target.open - t->cur.open);

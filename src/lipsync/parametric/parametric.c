@@ -1,6 +1,10 @@
 /* The "parametric" lip-sync backend: no weights, a mouth drawn by warping the lower face.
  *
- * Given the avatar's mouth geometry (centre of the lips' meeting line, corner half-width, the
+ * Frames with usable 68-point landmarks go to the landmark mesh renderer (v1, lmwarp.c); the
+ * rest (no shape model installed, a face too close to the region's edge) to the v0 renderer
+ * below, so every avatar still speaks. The capacity covers whichever path a frame takes.
+ *
+ * v0: given the avatar's mouth geometry (centre of the lips' meeting line, corner half-width, the
  * opening visible at rest, face height) and a requested shape (open, wide, round), each patch
  * pixel is produced by an inverse warp of the avatar frame:
  *   - horizontally, the lips spread or purse around the centre (weight falling off away from
@@ -17,6 +21,8 @@
  */
 #include "facecast/error.h"
 #include "lipsync/backend.h"
+#include "lipsync/parametric/lmwarp.h"
+#include "lipsync/parametric/pm_common.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -29,11 +35,6 @@ typedef struct geom {
   float cx, cy, hw, curve, g0, s;
 } geom;
 
-static float clampf(float v, float lo, float hi) { return v < lo ? lo : v > hi ? hi : v; }
-static float smooth01(float t) {
-  t = clampf(t, 0, 1);
-  return t * t * (3 - 2 * t);
-}
 
 /* The patch rectangle for a geometry: cheeks to either side, nose to neck vertically. */
 static fc_rect patch_rect(const geom *g, int fw, int fh) {
@@ -53,19 +54,6 @@ static geom geom_of(const fc_avatar *av, int frame) {
   return (geom){m->cx, m->cy, m->half_w, m->curve, m->rest_gap, m->face_h};
 }
 
-static void sample(const fc_image *im, float x, float y, float out[3]) {
-  x = clampf(x, 0, (float)im->w - 1.001f);
-  y = clampf(y, 0, (float)im->h - 1.001f);
-  int xi = (int)x, yi = (int)y;
-  float fx = x - xi, fy = y - yi;
-  const uint8_t *p = im->rgb + (size_t)yi * im->stride + 3 * xi, *q = p + im->stride;
-  for (int c = 0; c < 3; c++) {
-    float top = p[c] + fx * (p[c + 3] - p[c]);
-    float bot = q[c] + fx * (q[c + 3] - q[c]);
-    out[c] = top + fy * (bot - top);
-  }
-}
-
 /* The colour of the photo's own teeth (bright, nearly grey pixels of the rest opening), or a
  * neutral ivory when the photo's mouth is closed. */
 static void teeth_colour(const fc_image *im, const geom *g, float out[3]) {
@@ -75,23 +63,30 @@ static void teeth_colour(const fc_image *im, const geom *g, float out[3]) {
     for (int x = (int)(g->cx - 0.5f * g->hw); x <= (int)(g->cx + 0.5f * g->hw); x++) {
       if (x < 0 || y < 0 || x >= im->w || y >= im->h) continue;
       const uint8_t *p = im->rgb + (size_t)y * im->stride + 3 * x;
-      int mx = p[0] > p[1] ? (p[0] > p[2] ? p[0] : p[2]) : (p[1] > p[2] ? p[1] : p[2]);
-      int mn = p[0] < p[1] ? (p[0] < p[2] ? p[0] : p[2]) : (p[1] < p[2] ? p[1] : p[2]);
-      if (mx > 140 && mx - mn < 0.25f * mx) {
+      if (pm_is_teeth(p)) {
         for (int c = 0; c < 3; c++) acc[c] += p[c];
         n++;
       }
     }
-  static const float ivory[3] = {226, 221, 208};
-  for (int c = 0; c < 3; c++) out[c] = n >= 4 ? acc[c] / n : ivory[c];
+  for (int c = 0; c < 3; c++) out[c] = n >= 4 ? acc[c] / n : pm_ivory[c];
+}
+
+/* The landmark renderer's rect for frame i, in frame pixels (w = 0: not usable, v0 runs). */
+static fc_rect lm_rect(const fc_avatar *av, int i, const fc_image **im, fc_rect *where) {
+  const fc_point *lm = fc_avatar_landmarks(av, i);
+  *im = fc_avatar_face_region(av, i, where);
+  return lm ? pm_lm_rect(lm, *where) : (fc_rect){0, 0, 0, 0};
 }
 
 static size_t pm_capacity(void *state, const fc_avatar *av) {
   size_t best = 0;
   for (int i = 0; i < fc_avatar_frame_count(av); i++) {
     geom g = geom_of(av, i);
-    fc_rect r = patch_rect(&g, fc_avatar_width(av), fc_avatar_height(av));
+    fc_rect r = patch_rect(&g, fc_avatar_width(av), fc_avatar_height(av)), where;
+    const fc_image *im;
+    fc_rect l = lm_rect(av, i, &im, &where);
     if ((size_t)r.w * r.h > best) best = (size_t)r.w * r.h;
+    if ((size_t)l.w * l.h > best) best = (size_t)l.w * l.h;
   }
   return best;
 }
@@ -128,7 +123,7 @@ static float bump(float t) {
 static void render(const fc_image *im, const geom *g, fc_mouth m, const lens_lut *lut_new,
                    const lens_lut *lut_rest, fc_patch *out) {
   fc_rect r = out->place;
-  float open = clampf(m.open, 0, 1), wide = clampf(m.wide, 0, 1), round = clampf(m.round, 0, 1);
+  float open = pm_clampf(m.open, 0, 1), wide = pm_clampf(m.wide, 0, 1), round = pm_clampf(m.round, 0, 1);
   float s = g->s;
   float G = open * 0.2f * s;                      /* new opening at the centre */
   float wf = 1.0f + 0.14f * wide - 0.30f * round; /* corner spread factor */
@@ -147,9 +142,9 @@ static void render(const fc_image *im, const geom *g, fc_mouth m, const lens_lut
   int w = r.w < MAX_PATCH_W ? r.w : MAX_PATCH_W;
   for (int i = 0; i < w; i++) {
     float dx = r.x + i + 0.5f - g->cx;
-    float ul = clampf(dx / g->hw, -1, 1);
+    float ul = pm_clampf(dx / g->hw, -1, 1);
     col_cy[i] = g->cy + g->curve * ul * ul;
-    col_k[i] = (wf - 1.0f) * (1.0f - smooth01((fabsf(dx) - hw1) / (0.8f * g->hw)));
+    col_k[i] = (wf - 1.0f) * (1.0f - pm_smooth01((fabsf(dx) - hw1) / (0.8f * g->hw)));
     float u = dx / hw1, u0 = dx / g->hw, p0 = lens(lut_rest, u0 * u0);
     col_u2[i] = u * u;
     col_p[i] = lens(lut_new, u * u);
@@ -179,19 +174,19 @@ static void render(const fc_image *im, const geom *g, fc_mouth m, const lens_lut
       float rgb[3], lip[3], sy;
       if (y <= cy + 0.15f * G * p) {
         /* Upper face: the displacement fades out towards the nose. */
-        float t = y <= top_d ? 1.0f - smooth01((top_d - y) * inv_nose) : 1.0f;
+        float t = y <= top_d ? 1.0f - pm_smooth01((top_d - y) * inv_nose) : 1.0f;
         sy = y - (top_d - top0) * t;
       } else {
         /* Lower lip and jaw: rigid down to the chin, then fading out down the neck. */
-        float t = y >= bot_d ? 1.0f - smooth01((y - bot_d - chin) * inv_neck) : 1.0f;
+        float t = y >= bot_d ? 1.0f - pm_smooth01((y - bot_d - chin) * inv_neck) : 1.0f;
         sy = y - (bot_d - bot0) * t;
       }
-      float cover = clampf(y - top_d, 0, 1) * clampf(bot_d - y, 0, 1);
+      float cover = pm_clampf(y - top_d, 0, 1) * pm_clampf(bot_d - y, 0, 1);
       if (sx == x && fabsf(sy - y) < 1.0f / 256 && cover <= 0) {
         /* The identity (most of the patch): the pixel itself. */
         memcpy(po + 3 * i, im->rgb + (size_t)(r.y + j) * im->stride + 3 * (r.x + i), 3);
       } else {
-        sample(im, sx - 0.5f, sy - 0.5f, lip);
+        pm_sample(im, sx - 0.5f, sy - 0.5f, lip);
         if (cover > 0) {
           /* Inside the opening: throat, upper teeth, lower teeth. */
           float in[3], u2 = col_u2[i];
@@ -208,7 +203,7 @@ static void render(const fc_image *im, const geom *g, fc_mouth m, const lens_lut
         } else {
           memcpy(rgb, lip, sizeof rgb);
         }
-        for (int c = 0; c < 3; c++) po[3 * i + c] = (uint8_t)clampf(rgb[c] + 0.5f, 0, 255);
+        for (int c = 0; c < 3; c++) po[3 * i + c] = (uint8_t)pm_clampf(rgb[c] + 0.5f, 0, 255);
       }
       /* Feathered edge: 4 px ramp at the patch border (the warp is the identity there). */
       int e = i < j ? i : j;
@@ -221,10 +216,11 @@ static void render(const fc_image *im, const geom *g, fc_mouth m, const lens_lut
 
 typedef struct pm_state {
   lens_lut lut_new, lut_rest;
+  pm_lm lm; /* the landmark renderer's mesh, reused by every request */
 } pm_state;
 
 static int pm_create(const fc_lipsync_params *p, void **state) {
-  pm_state *st = malloc(sizeof *st);
+  pm_state *st = calloc(1, sizeof *st);
   if (!st) return fc_error_set(FC_ENOMEM, "parametric: out of memory");
   lens_init(&st->lut_new, 0.6f);
   lens_init(&st->lut_rest, 0.7f);
@@ -234,16 +230,24 @@ static int pm_create(const fc_lipsync_params *p, void **state) {
 static void pm_destroy(void *state) { free(state); }
 
 static int pm_run(void *state, const fc_lipsync_req *reqs, fc_patch *out, int n) {
+  pm_state *st = state;
   for (int k = 0; k < n; k++) {
     const fc_avatar *av = reqs[k].avatar;
     if (!av) return fc_error_set(FC_EINVAL, "parametric: request without an avatar");
-    /* work in the coordinates of the face region the avatar keeps as RGB */
     fc_rect where;
-    const fc_image *im = fc_avatar_face_region(av, reqs[k].frame, &where);
+    const fc_image *im;
+    fc_rect lr = lm_rect(av, reqs[k].frame, &im, &where);
+    if (lr.w > 0) {
+      /* v1: the frame has usable landmarks */
+      out[k].place = lr;
+      pm_lm_render(&st->lm, im, where, fc_avatar_landmarks(av, reqs[k].frame), reqs[k].mouth,
+                   &out[k]);
+      continue;
+    }
+    /* v0: work in the coordinates of the face region the avatar keeps as RGB */
     geom g = geom_of(av, reqs[k].frame);
     g.cx -= where.x, g.cy -= where.y;
     out[k].place = patch_rect(&g, im->w, im->h);
-    pm_state *st = state;
     render(im, &g, reqs[k].mouth, &st->lut_new, &st->lut_rest, &out[k]);
     out[k].place.x += where.x, out[k].place.y += where.y;
   }
