@@ -593,23 +593,34 @@ static void test_cuda_full(void) {
   snprintf(path, sizeof path, "%s/out.npy", dir);
   FC_REQUIRE(load_arr(path, &want) == 0);
   snprintf(path, sizeof path, "%s/ckpt_zip.pth", dir);
-  int n = (int)mel.shape[0];
-  float *out = malloc(want.n * sizeof(float));
-  FC_REQUIRE(out);
+  /* the batch sizes, the golden samples tiled */
+  static const int batches[] = {1, 7, 16, 128};
+  const int maxb = 128;
+  const size_t per_out = 3 * 96 * 96;
+  float *m_in = malloc((size_t)maxb * 80 * 16 * sizeof(float));
+  float *f_in = malloc((size_t)maxb * 6 * 96 * 96 * sizeof(float));
+  float *w_out = malloc((size_t)maxb * per_out * sizeof(float)), *out = malloc((size_t)maxb * per_out * sizeof(float));
+  FC_REQUIRE(m_in && f_in && w_out && out);
+  tile(&mel, maxb, m_in), tile(&faces, maxb, f_in), tile(&want, maxb, w_out);
   for (int dt = FC_W2L_FP32; dt <= FC_W2L_BF16; dt++) {
     int skipped;
-    fc_w2l *m = load_cuda(path, dt, n, &skipped);
+    fc_w2l *m = load_cuda(path, dt, maxb, &skipped);
     if (skipped) break;
     FC_REQUIRE(m);
-    int err = fc_w2l_infer(m, mel.d, faces.d, out, n);
-    FC_CHECK_INT(err, ==, FC_OK);
-    double e = err ? 1 : max_abs_diff(out, want.d, want.n);
-    fprintf(stderr, "  full width, cuda %s, batch %d: max|out - out.npy| %.3g\n", dtype_name(dt),
-            n, e);
-    FC_CHECK(e <= (dt == FC_W2L_FP16 ? 2e-2 : dt == FC_W2L_BF16 ? 0.15 : 1e-3));
+    for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++) {
+      int n = batches[b];
+      int err = fc_w2l_infer(m, m_in, f_in, out, n);
+      if (!err) err = fc_w2l_infer(m, m_in, f_in, out, n); /* the captured graph too */
+      FC_CHECK_INT(err, ==, FC_OK);
+      double e = err ? 1 : max_abs_diff(out, w_out, (size_t)n * per_out);
+      fprintf(stderr, "  full width, cuda %s, batch %3d: max|out - out.npy| %.3g\n",
+              dtype_name(dt), n, e);
+      FC_CHECK(e <= (dt == FC_W2L_FP16 ? 2e-2 : dt == FC_W2L_BF16 ? 0.15 : 1e-3));
+    }
     fc_w2l_destroy(m);
   }
-  free(out), free(mel.d), free(faces.d), free(want.d);
+  free(m_in), free(f_in), free(w_out), free(out);
+  free(mel.d), free(faces.d), free(want.d);
 }
 
 int main(void) {
