@@ -1226,7 +1226,7 @@ static int check_tilemap(fc_pack *p) {
   uint64_t next = 0;
   int n = p->ntiles;
   for (int f = 0; f < p->stored_frames; f++) {
-    const uint32_t *tb = p->tilemap + (size_t)f * n, *pv = tb - n;
+    const uint32_t *tb = p->tilemap + (size_t)f * n, *pv = f ? tb - n : tb; /* pv: f > 0 only */
     uint64_t before = next;
     for (int t = 0; t < n; t++) {
       uint32_t v = tb[t];
