@@ -3,11 +3,16 @@
  * A synthetic avatar (64x48, 7 frames with consecutive duplicates, crops at 16 and 32, two clips,
  * one with stereo audio) is written and read back byte for byte; deduplication must make it
  * smaller than the same avatar with every frame distinct, and no temporary file may outlive the
- * writer. Then hostile files: every truncation and every single-bit flip of a small pack (each
- * must be refused at open, or by fc_pack_verify for bulk bytes), foreign files, a newer version,
- * and headers and tables that are wrong but correctly CRC'd (rebuilt by the helpers below), so
- * that the checks behind the CRC are reached. Last, two forked processes map one 40 MB pack and
- * touch every page: /proc shows each holding half of it (Pss = Rss / 2), i.e. one copy.
+ * writer. Tiles: a 200x120 avatar (8 tile positions, edge tiles padded) whose frames change by
+ * a moving square and by small changes on both sides of the near-equality threshold reads back
+ * within the threshold everywhere, exactly where a tile had to be stored, with the tile count an
+ * independent model of the rule predicts; a static background with a moving square is stored
+ * in a fraction of its frames' size. Then hostile files: every truncation and every single-bit
+ * flip of a small pack (each must be refused at open, or by fc_pack_verify for bulk bytes),
+ * foreign files, older and newer versions, and headers, tables and tile tables that are wrong
+ * but correctly CRC'd (rebuilt by the helpers below), so that the checks behind the CRC are
+ * reached. Last, two forked processes map one 40 MB pack and assemble every frame: /proc shows
+ * each holding half of it (Pss = Rss / 2), i.e. one copy.
  */
 #include "facecast/error.h"
 #include "facecast/pack.h"
@@ -90,7 +95,8 @@ static const int uniq[7] = {0, 1, 2, 3, 4, 5, 6};
 static const spec round_trip = {64, 48, 7, 2, {16, 32}, rt_frames, rt_faces, 1000, 2};
 static const spec distinct = {64, 48, 7, 2, {16, 32}, uniq, uniq, 1000, 2};
 static const int tiny_frames[3] = {0, 0, 1}, tiny_faces[3] = {0, 1, 1};
-static const spec tiny = {16, 16, 3, 1, {16, 0}, tiny_frames, tiny_faces, 100, 1};
+/* two tile positions, the right one padded */
+static const spec tiny = {80, 16, 3, 1, {16, 0}, tiny_frames, tiny_faces, 100, 1};
 
 static const char *meta_in =
     "{\"source\": \"synthetic\", \"quality\": {\"sharpness\": 0.75, \"faces\": 7},"
@@ -299,13 +305,16 @@ static void test_round_trip(void) {
   FC_CHECK_INT(in->crop_size[0], ==, 16);
   FC_CHECK_INT(in->crop_size[1], ==, 32);
 
-  uint8_t *buf = malloc(frame_buf_size(s));
-  const uint8_t *prev_i420 = NULL, *prev_crop = NULL;
+  uint8_t *buf = malloc(frame_buf_size(s)), *img = malloc(64 * 48 * 3 / 2);
+  const uint8_t *prev_crop = NULL;
   for (int i = 0; i < s->frames; i++) {
     fc_pack_frame got, exp;
     make_frame(s, i, buf, &exp);
     FC_REQUIRE(fc_pack_get_frame(p, i, &got) == FC_OK);
-    FC_CHECK(memcmp(got.i420, exp.i420, 64 * 48 * 3 / 2) == 0);
+    FC_CHECK(got.i420 == NULL); /* tiles: assembled by fc_pack_copy_i420 */
+    memset(img, 0xAA, 64 * 48 * 3 / 2);
+    FC_REQUIRE(fc_pack_copy_i420(p, i, img) == FC_OK);
+    FC_CHECK(memcmp(img, exp.i420, 64 * 48 * 3 / 2) == 0);
     FC_CHECK(memcmp(&got.box, &exp.box, sizeof got.box) == 0);
     FC_CHECK(memcmp(got.landmarks, exp.landmarks, sizeof got.landmarks) == 0);
     for (int c = 0; c < 2; c++) {
@@ -313,20 +322,19 @@ static void test_round_trip(void) {
       FC_CHECK(memcmp(got.crop[c], exp.crop[c], 3 * n) == 0);
       FC_CHECK(memcmp(got.mask[c], exp.mask[c], n) == 0);
     }
-    /* Deduplicated frames and faces are the same bytes of the mapping. */
-    if (i > 0) {
-      FC_CHECK((got.i420 == prev_i420) == (s->frame_src[i] == s->frame_src[i - 1]));
-      FC_CHECK((got.crop[0] == prev_crop) == (s->face_src[i] == s->face_src[i - 1]));
-    }
-    if (i == 0) FC_CHECK((uintptr_t)got.i420 % 4096 == 0); /* sections start on a page */
-    prev_i420 = got.i420;
+    /* Deduplicated faces are the same bytes of the mapping. */
+    if (i > 0) FC_CHECK((got.crop[0] == prev_crop) == (s->face_src[i] == s->face_src[i - 1]));
     prev_crop = got.crop[0];
   }
-  free(buf);
   fc_pack_frame f;
   FC_CHECK_INT(fc_pack_get_frame(p, -1, &f), ==, FC_EINVAL);
   FC_CHECK_INT(fc_pack_get_frame(p, 7, &f), ==, FC_EINVAL);
   FC_CHECK(detail_has(FC_EINVAL, "frame 7 is not in 0..6"));
+  FC_CHECK_INT(fc_pack_copy_i420(p, 7, img), ==, FC_EINVAL);
+  FC_CHECK_INT(fc_pack_copy_i420(p, -1, img), ==, FC_EINVAL);
+  FC_CHECK_INT(fc_pack_copy_i420(NULL, 0, img), ==, FC_EINVAL);
+  free(buf);
+  free(img);
 
   FC_CHECK_INT(fc_pack_clip_count(p), ==, 2);
   fc_pack_clip c;
@@ -358,6 +366,313 @@ static void test_round_trip(void) {
   FC_CHECK_INT(fc_pack_verify(p), ==, FC_OK);
   fc_pack_close(p);
   unlink(upath);
+}
+
+static int refused_bytes(const char *path, const uint8_t *b, size_t n, int want,
+                         const char *detail);
+static int refused_json(const char *path, const uint8_t *b, size_t n, const char *json,
+                        uint32_t version, int want, const char *detail);
+
+/* ---- tiles ---- */
+
+enum { GW = 200, GH = 120, GN = 6, GTX = 4, GTY = 2 }; /* 4 x 2 tile positions, edges padded */
+
+/* Frame i of the tile test: a background, a 20x20 square moving along the top tile row, and
+ * changes on both sides of the near-equality threshold in the bottom row (see the comments). */
+static void grid_frame(int i, uint8_t *f) {
+  size_t ysz = (size_t)GW * GH, fb = ysz * 3 / 2;
+  int fi = i < 5 ? i : 4; /* frame 5 repeats frame 4: its tile table is reused */
+  for (size_t k = 0; k < fb; k++) f[k] = (uint8_t)(40 + (k * 13 + (k / GW) * 7) % 160);
+  int sx = 10 + 36 * fi;
+  for (int y = 10; y < 30; y++)
+    for (int x = sx; x < sx + 20; x++) f[(size_t)y * GW + x] = 250;
+  for (int y = 5; y < 15; y++)
+    for (int x = sx / 2; x < sx / 2 + 10; x++) {
+      f[ysz + (size_t)y * (GW / 2) + x] = 20;
+      f[ysz + ysz / 4 + (size_t)y * (GW / 2) + x] = 230;
+    }
+  /* tile (1,1): +1 on a quarter of the luma in odd frames: noise, reused */
+  if (fi % 2)
+    for (int y = 64; y < GH; y++)
+      for (int x = 64; x < 128; x++)
+        if ((x + y) % 4 == 0) f[(size_t)y * GW + x] += 1;
+  /* tile (2,1): one sample +3 in frame 2: stored (and again in frame 3) */
+  if (fi == 2) f[(size_t)100 * GW + 150] += 3;
+  /* tile (3,1), 8 pixels wide: every sample +1 in frame 3 (a mean of 1): stored */
+  if (fi == 3) {
+    for (int y = 64; y < GH; y++)
+      for (int x = 192; x < GW; x++) f[(size_t)y * GW + x] += 1;
+    for (int pl = 0; pl < 2; pl++)
+      for (int y = 32; y < GH / 2; y++)
+        for (int x = 96; x < GW / 2; x++) f[ysz + pl * ysz / 4 + (size_t)y * (GW / 2) + x] += 1;
+  }
+  /* tile (0,1): +2 on a fifth of the luma in frame 4: within the threshold, reused */
+  if (fi == 4)
+    for (int y = 64; y < GH; y++)
+      for (int x = 0; x < 64; x++)
+        if ((x * 7 + y * 3) % 5 == 0) f[(size_t)y * GW + x] += 2;
+}
+
+/* An independent model of the writer's rule, in frame coordinates: position (tx, ty) of src
+ * shows as in shown unless some sample differs by more than 2 or the differences sum to more
+ * than half the samples; then it is copied (stored). Returns the tiles stored. */
+static int model_frame(const uint8_t *src, uint8_t *shown, int w, int h, int first) {
+  int stored = 0, tx = (w + 63) / 64, ty = (h + 63) / 64;
+  size_t ysz = (size_t)w * h;
+  for (int t = 0; t < tx * ty; t++) {
+    int x0 = t % tx * 64, y0 = t / tx * 64;
+    int x1 = x0 + 64 < w ? x0 + 64 : w, y1 = y0 + 64 < h ? y0 + 64 : h;
+    long sum = 0, n = 0, max = 0;
+    for (int pl = 0; pl < 3; pl++) {
+      int d = pl ? 2 : 1, pw = w / d;
+      size_t off = pl == 0 ? 0 : pl == 1 ? ysz : ysz + ysz / 4;
+      for (int y = y0 / d; y < y1 / d; y++)
+        for (int x = x0 / d; x < x1 / d; x++) {
+          long df = labs((long)src[off + (size_t)y * pw + x] - shown[off + (size_t)y * pw + x]);
+          sum += df, n++, max = df > max ? df : max;
+        }
+    }
+    if (!first && max <= 2 && 2 * sum <= n) continue;
+    stored++;
+    for (int pl = 0; pl < 3; pl++) {
+      int d = pl ? 2 : 1, pw = w / d;
+      size_t off = pl == 0 ? 0 : pl == 1 ? ysz : ysz + ysz / 4;
+      for (int y = y0 / d; y < y1 / d; y++)
+        memcpy(shown + off + (size_t)y * pw + x0 / d, src + off + (size_t)y * pw + x0 / d,
+               (size_t)(x1 - x0) / d);
+    }
+  }
+  return stored;
+}
+
+/* Writes n frames of w x h made by make(i, frame), without crops or clips. 1 on success. */
+static int write_frames(const char *path, int w, int h, int n, void (*make)(int, uint8_t *)) {
+  fc_pack_info in = {.width = w, .height = h, .fps_num = 25, .fps_den = 1, .frames = n};
+  strcpy(in.id, "tiles");
+  int err;
+  fc_pack_writer *wr = fc_pack_writer_create(path, &in, NULL, &err);
+  if (!wr) return 0;
+  uint8_t *buf = malloc((size_t)w * h * 3 / 2);
+  for (int i = 0; i < n && !err; i++) {
+    make(i, buf);
+    fc_pack_frame f = {.i420 = buf, .box = {w / 4, h / 4, w / 2, h / 2}};
+    for (int k = 0; k < FC_LANDMARKS; k++) f.landmarks[k] = (fc_point){w / 2.0f, h / 2.0f};
+    err = fc_pack_writer_add_frame(wr, &f);
+  }
+  if (!err) err = fc_pack_writer_finish(wr);
+  if (err) fprintf(stderr, "     write %s: %s\n", path, fc_error_detail(err));
+  fc_pack_writer_destroy(wr);
+  free(buf);
+  return err == FC_OK;
+}
+
+/* The tiles stored in pack bytes b (from the tiles section's size). */
+static uint64_t tiles_in(uint8_t *b) { return get64(entry(b, "tiles") + 24) / 6144; }
+
+static void test_tiles_round_trip(void) {
+  char path[512];
+  path_in(path, sizeof path, "grid.fcpack");
+  FC_REQUIRE(write_frames(path, GW, GH, GN, grid_frame));
+  size_t fb = (size_t)GW * GH * 3 / 2, n;
+  uint8_t *src = malloc(fb), *shown = malloc(fb), *got = malloc(fb), *rect = malloc(fb);
+  uint8_t *b = fc_test_read_file(path, &n);
+  FC_REQUIRE(src && shown && got && rect && b);
+  int err, want_tiles = 0;
+  fc_pack *p = fc_pack_open(path, &err);
+  FC_REQUIRE(p);
+  long near = 0, exact = 0;
+  for (int i = 0; i < GN; i++) {
+    grid_frame(i, src);
+    want_tiles += model_frame(src, shown, GW, GH, i == 0);
+    FC_REQUIRE(fc_pack_copy_i420(p, i, got) == FC_OK);
+    /* exactly what the model shows, and that within the threshold of the source */
+    FC_CHECK(memcmp(got, shown, fb) == 0);
+    long sum = 0;
+    int max = 0;
+    for (size_t k = 0; k < fb; k++) {
+      int d = abs(got[k] - src[k]);
+      sum += d, max = d > max ? d : max;
+    }
+    FC_CHECK_INT(max, <=, 2);
+    if (sum) near++;
+    else exact++;
+    /* a rectangle across four tiles is the same part of the frame */
+    fc_rect r = {62, 30, 100, 70};
+    FC_REQUIRE(fc_pack_copy_i420_rect(p, i, r, rect) == FC_OK);
+    int same = 1;
+    for (int y = 0; y < r.h; y++)
+      same &= memcmp(rect + (size_t)y * r.w, got + (size_t)(r.y + y) * GW + r.x, (size_t)r.w) == 0;
+    for (int pl = 0; pl < 2; pl++) {
+      const uint8_t *rp = rect + (size_t)r.w * r.h + (size_t)pl * (r.w / 2) * (r.h / 2);
+      const uint8_t *fp = got + (size_t)GW * GH + (size_t)pl * (GW / 2) * (GH / 2);
+      for (int y = 0; y < r.h / 2; y++)
+        same &= memcmp(rp + (size_t)y * (r.w / 2), fp + (size_t)(r.y / 2 + y) * (GW / 2) + r.x / 2,
+                       (size_t)r.w / 2) == 0;
+    }
+    FC_CHECK(same);
+  }
+  /* Where the changes fell: frame 1's noise was not stored (tile (1,1) shows frame 0), frame
+   * 2's +3 sample and frame 3's +1 everywhere were. */
+  grid_frame(1, src);
+  FC_REQUIRE(fc_pack_copy_i420(p, 1, got) == FC_OK);
+  FC_CHECK(got[(size_t)64 * GW + 64] + 1 == src[(size_t)64 * GW + 64]);
+  grid_frame(2, src);
+  FC_REQUIRE(fc_pack_copy_i420(p, 2, got) == FC_OK);
+  FC_CHECK(got[(size_t)100 * GW + 150] == src[(size_t)100 * GW + 150]);
+  grid_frame(3, src);
+  FC_REQUIRE(fc_pack_copy_i420(p, 3, got) == FC_OK);
+  FC_CHECK(memcmp(got + (size_t)70 * GW + 192, src + (size_t)70 * GW + 192, 8) == 0);
+  fprintf(stderr, "     %d frames of %dx%d (%d tile positions): %llu tiles stored (the model: %d), "
+          "%ld frames exact, %ld within the threshold\n", GN, GW, GH, GTX * GTY,
+          (unsigned long long)tiles_in(b), want_tiles, exact, near);
+  FC_CHECK_INT((long long)tiles_in(b), ==, want_tiles);
+  FC_CHECK_INT(want_tiles, <, GN * GTX * GTY / 2);
+  FC_CHECK(strstr((char *)b + 24, "\"stored_frames\":5,") != NULL); /* frame 5 reused 4's */
+  FC_CHECK(near >= 2 && exact >= 2);
+  /* bad rectangles and indices */
+  FC_CHECK_INT(fc_pack_copy_i420_rect(p, 0, (fc_rect){1, 0, 10, 10}, rect), ==, FC_EINVAL);
+  FC_CHECK(detail_has(FC_EINVAL, "rectangle 10x10+1+0 is odd or outside the 200x120 frame"));
+  FC_CHECK_INT(fc_pack_copy_i420_rect(p, 0, (fc_rect){0, 0, 10, 9}, rect), ==, FC_EINVAL);
+  FC_CHECK_INT(fc_pack_copy_i420_rect(p, 0, (fc_rect){192, 0, 10, 10}, rect), ==, FC_EINVAL);
+  FC_CHECK_INT(fc_pack_copy_i420_rect(p, 0, (fc_rect){0, 120, 2, 2}, rect), ==, FC_EINVAL);
+  FC_CHECK_INT(fc_pack_copy_i420_rect(p, 0, (fc_rect){-2, 0, 2, 2}, rect), ==, FC_EINVAL);
+  FC_CHECK_INT(fc_pack_copy_i420_rect(p, 0, (fc_rect){0, 0, 0, 0}, rect), ==, FC_EINVAL);
+  FC_CHECK_INT(fc_pack_copy_i420_rect(p, 6, (fc_rect){0, 0, 2, 2}, rect), ==, FC_EINVAL);
+  FC_CHECK_INT(fc_pack_copy_i420_rect(p, 0, (fc_rect){198, 118, 2, 2}, rect), ==, FC_OK);
+  FC_CHECK_INT(fc_pack_verify(p), ==, FC_OK);
+  fc_pack_close(p);
+  free(src), free(shown), free(got), free(rect), free(b);
+  unlink(path);
+}
+
+/* A presenter: a static background, a 48x48 square moving 3 px a frame. */
+enum { PW = 640, PH = 480, PN = 50 };
+static void presenter_frame(int i, uint8_t *f) {
+  size_t fb = (size_t)PW * PH * 3 / 2;
+  for (size_t k = 0; k < fb; k++) f[k] = (uint8_t)(16 + (k * 2654435761u >> 13) % 200);
+  for (int y = 100 + 3 * i; y < 148 + 3 * i; y++) memset(f + (size_t)y * PW + 50 + 3 * i, 250, 48);
+}
+
+static void test_tiles_dedup(void) {
+  char path[512];
+  path_in(path, sizeof path, "presenter.fcpack");
+  double t0 = now_ms();
+  FC_REQUIRE(write_frames(path, PW, PH, PN, presenter_frame));
+  double t1 = now_ms();
+  long long size = file_size(path), raw = (long long)PN * PW * PH * 3 / 2;
+  fprintf(stderr, "     %d frames %dx%d, a moving square on a still background: %lld bytes "
+          "(%.1f %% of the frames' %lld), written in %.0f ms\n", PN, PW, PH, size,
+          100.0 * size / raw, raw, t1 - t0);
+  FC_CHECK_INT(size * 10, <, raw); /* 80 tiles, then ~6 a frame: under a tenth */
+  int err;
+  fc_pack *p = fc_pack_open(path, &err);
+  FC_REQUIRE(p);
+  size_t fb = (size_t)PW * PH * 3 / 2;
+  uint8_t *src = malloc(fb), *got = malloc(fb);
+  int bad = 0;
+  for (int i = 0; i < PN; i++) {
+    presenter_frame(i, src);
+    bad += fc_pack_copy_i420(p, i, got) != FC_OK || memcmp(got, src, fb) != 0;
+  }
+  FC_CHECK_INT(bad, ==, 0); /* nothing near-equal here: every frame exact */
+  fc_pack_close(p);
+  free(src), free(got);
+  unlink(path);
+}
+
+/* Tile tables that are wrong but correctly CRC'd, and tile fields of the header. */
+static void test_bad_tile_tables(void) {
+  char path[512], want[200];
+  path_in(path, sizeof path, "grid.fcpack");
+  FC_REQUIRE(write_frames(path, GW, GH, GN, grid_frame));
+  size_t n;
+  uint8_t *orig = fc_test_read_file(path, &n), *b = malloc(n);
+  FC_REQUIRE(orig && b);
+  uint64_t tiles = tiles_in(orig);
+  const size_t T = GTX * GTY, tm = (size_t)get64(entry(orig, "tilemap") + 16);
+  const uint8_t *ot = orig + tm;
+  FC_REQUIRE(get32(ot + 4 * (T + 0)) == 8 && get32(ot + 4 * (T + 2)) == 2); /* as designed */
+
+  memcpy(b, orig, n);
+  put32(b + tm + 4 * (T + 2), 0x7fffffffu); /* table 1, position 2: far past the tile count */
+  recrc(b, "tilemap");
+  FC_CHECK(refused_bytes(path, b, n, FC_EFORMAT, "tile table 1, position 2 (column 2, row 0): "
+                         "tile 2147483647 is neither the previous table's 2 nor the next new "
+                         "tile 10"));
+  memcpy(b, orig, n);
+  put32(b + tm + 4 * (T + 2), (uint32_t)tiles); /* exactly the tile count */
+  recrc(b, "tilemap");
+  FC_CHECK(refused_bytes(path, b, n, FC_EFORMAT, "is neither the previous table's 2"));
+
+  memcpy(b, orig, n);
+  put32(b + tm + 4 * 3, 4);
+  recrc(b, "tilemap");
+  FC_CHECK(refused_bytes(path, b, n, FC_EFORMAT, "tile table 0, position 3: tile 4 is not 3"));
+
+  memcpy(b, orig, n);
+  memcpy(b + tm + 4 * T, b + tm, 4 * T);
+  recrc(b, "tilemap");
+  FC_CHECK(refused_bytes(path, b, n, FC_EFORMAT, "tile table 1 repeats table 0"));
+
+  /* the last table's last new tile made a reuse: one tile fewer than the header says */
+  memcpy(b, orig, n);
+  uint8_t *last = b + tm + 4 * T * 4;
+  int at = -1;
+  for (int t = 0; t < (int)T; t++)
+    if (get32(last + 4 * t) != get32(last - 4 * T + 4 * t)) at = t;
+  FC_REQUIRE(at >= 0 && get32(last + 4 * at) == tiles - 1);
+  put32(last + 4 * at, get32(last - 4 * T + 4 * at));
+  recrc(b, "tilemap");
+  snprintf(want, sizeof want, "the tile tables use %llu tiles, the header says %llu",
+           (unsigned long long)tiles - 1, (unsigned long long)tiles);
+  FC_CHECK(refused_bytes(path, b, n, FC_EFORMAT, want));
+
+  memcpy(b, orig, n);
+  b[tm + 5] ^= 1; /* no CRC fix */
+  FC_CHECK(refused_bytes(path, b, n, FC_EFORMAT, "section 'tilemap' fails its CRC check"));
+
+  memcpy(b, orig, n);
+  put64(entry(b, "tilemap") + 24, get64(entry(b, "tilemap") + 24) - 4);
+  reseal(b);
+  snprintf(want, sizeof want, "section 'tilemap' is %d bytes, the header implies %d",
+           5 * 32 - 4, 5 * 32);
+  FC_CHECK(refused_bytes(path, b, n, FC_EFORMAT, want));
+
+  memcpy(b, orig, n);
+  put64(entry(b, "tiles") + 24, get64(entry(b, "tiles") + 24) - 6144);
+  reseal(b);
+  FC_CHECK(refused_bytes(path, b, n, FC_EFORMAT, "section 'tiles' is"));
+
+  char from[40], to[40];
+  snprintf(from, sizeof from, "\"tiles\":%llu", (unsigned long long)tiles);
+  const struct {
+    const char *to, *detail;
+  } cases[] = {{"\"tiles\":%llu", "section 'tiles' is"},
+               {"\"tiles\":0", "field 'tiles' is 0, outside 1..4294967295"},
+               {"\"tiles\":4294967296", "outside 1..4294967295"},
+               {"\"tiles\":7", "tiles 7 cannot make 5 stored frames of 8 tiles"},
+               {"\"tiles\":41", "tiles 41 cannot make 5 stored frames of 8 tiles"},
+               {"\"tiles\":\"9\"", "field 'tiles' must be an integer"}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    snprintf(to, sizeof to, cases[k].to, (unsigned long long)tiles + 1);
+    char *json = json_edit(orig, from, to);
+    if (!refused_json(path, orig, n, json, FC_PACK_VERSION, FC_EFORMAT, cases[k].detail)) {
+      fprintf(stderr, "     case %zu: %s\n", k, to);
+      fc_test_case_failed_ = 1;
+    }
+    free(json);
+  }
+  char *json = json_edit(orig, "\"tile_size\":64", "\"tile_size\":32");
+  FC_CHECK(refused_json(path, orig, n, json, FC_PACK_VERSION, FC_EFORMAT,
+                        "tile_size 32 is not 64"));
+  free(json);
+  json = json_edit(orig, "\"tile_size\":64,", "");
+  FC_CHECK(refused_json(path, orig, n, json, FC_PACK_VERSION, FC_EFORMAT,
+                        "lacks the field 'tile_size'"));
+  free(json);
+  free(b);
+  free(orig);
+  unlink(path);
 }
 
 static void test_temporary_files(void) {
@@ -522,7 +837,7 @@ static void test_foreign_files(void) {
   FC_REQUIRE(fc_test_write_file(path, rnd, sizeof rnd));
   FC_CHECK(refused(path, FC_EFORMAT, "not an avatar pack"));
   /* Random bytes behind a valid magic, version and a huge JSON length. */
-  memcpy(rnd, "FCAVPACK\1\0\0\0\0\0\0\0", 16);
+  memcpy(rnd, "FCAVPACK\2\0\0\0\0\0\0\0", 16);
   FC_REQUIRE(fc_test_write_file(path, rnd, sizeof rnd));
   FC_CHECK(refused(path, FC_EFORMAT, "JSON header length"));
   unlink(path);
@@ -599,7 +914,7 @@ static void test_verify_catches_frame_damage(void) {
   size_t n;
   uint8_t *b = written("verify.fcpack", &round_trip, path, &n);
   FC_REQUIRE(b);
-  const char *secs[] = {"frames", "crop1", "mask0", "audio"};
+  const char *secs[] = {"tiles", "crop1", "mask0", "audio"};
   for (int k = 0; k < 4; k++) {
     uint8_t *e = entry(b, secs[k]);
     FC_REQUIRE(e);
@@ -632,11 +947,18 @@ static void test_rewritten_while_open(void) {
   fc_pack *p = fc_pack_open(path, &err);
   FC_REQUIRE(p && fd >= 0);
   fc_pack_frame before, after;
+  uint8_t img[2][64 * 48 * 3 / 2];
   FC_REQUIRE(fc_pack_get_frame(p, 6, &before) == FC_OK);
+  FC_REQUIRE(fc_pack_copy_i420(p, 6, img[0]) == FC_OK);
   uint32_t huge[2] = {0x7fffffffu, 0x7fffffffu}; /* frame 6's stored frame and face */
   FC_REQUIRE(pwrite(fd, huge, sizeof huge, (off_t)get64(entry(b, "index") + 16) + 8 * 6) == 8);
+  /* and every tile table entry */
+  uint64_t tm = get64(entry(b, "tilemap") + 16), tl = get64(entry(b, "tilemap") + 24);
+  for (uint64_t k = 0; k < tl; k += 4) FC_REQUIRE(pwrite(fd, huge, 4, (off_t)(tm + k)) == 4);
   FC_REQUIRE(fc_pack_get_frame(p, 6, &after) == FC_OK);
-  FC_CHECK(after.i420 == before.i420 && after.crop[1] == before.crop[1]);
+  FC_REQUIRE(fc_pack_copy_i420(p, 6, img[1]) == FC_OK);
+  FC_CHECK(after.crop[1] == before.crop[1]);
+  FC_CHECK(memcmp(img[0], img[1], sizeof img[0]) == 0);
   fc_pack_close(p);
   close(fd);
   free(b);
@@ -682,7 +1004,10 @@ static void test_newer_version(void) {
   /* The helper itself: the same header rebuilt opens. */
   FC_CHECK(refused_json(path, b, n, json, FC_PACK_VERSION, FC_OK, NULL));
   FC_CHECK(refused_json(path, b, n, json, FC_PACK_VERSION + 1, FC_EUNSUPPORTED,
-                        "format version 2 is newer than this build reads"));
+                        "format version 3 is newer than this build reads"));
+  /* version 1 (whole frames) is no longer read: a clear refusal, not a misreading */
+  FC_CHECK(refused_json(path, b, n, json, 1, FC_EUNSUPPORTED,
+                        "format version 1 (whole frames) is no longer read"));
   FC_CHECK(refused_json(path, b, n, json, 0, FC_EFORMAT, "implausible format version 0"));
   put32(b + 12, 1); /* a flag */
   reseal(b);
@@ -722,14 +1047,17 @@ static void test_bad_json(void) {
       {"\"frames\":7", "\"frames\":99999999999999999999", "frames -1 is not in 1..1000000"},
       {"\"fps_den\":1", "\"fps_den\":0", "fps 25/0"},
       {"\"stored_frames\":4", "\"stored_frames\":8", "stored_frames 8"},
-      {"\"stored_frames\":4", "\"stored_frames\":5", "section 'frames' is 18432 bytes, the "
-                                                     "header implies 23040"},
+      {"\"stored_frames\":4", "\"stored_frames\":5", "tiles 4 cannot make 5 stored frames of "
+                                                     "1 tiles"},
+      {"\"stored_frames\":4,\"stored_faces\":5,\"tile_size\":64,\"tiles\":4",
+       "\"stored_frames\":5,\"stored_faces\":5,\"tile_size\":64,\"tiles\":5",
+       "section 'tiles' is 24576 bytes, the header implies 30720"},
       {"\"stored_faces\":5", "\"stored_faces\":4", "section 'crop0' is"},
       {"\"crops\":[16,32]", "\"crops\":[16,8]", "crop size 8 is not in 16..1024"},
       {"\"crops\":[16,32]", "\"crops\":[16,16]", "crop size 16 appears twice"},
       {"\"crops\":[16,32]", "\"crops\":[16,32,64]", "'crops' has 3 entries (at most 2)"},
       {"\"crops\":[16,32]", "\"crops\":[16,\"32\"]", "crop size 1 must be an integer"},
-      {"\"crops\":[16,32]", "\"crops\":[16]", "9 sections, the header implies 7"},
+      {"\"crops\":[16,32]", "\"crops\":[16]", "10 sections, the header implies 8"},
       {"\"crops\":[16,32]", "\"crops\":{}", "field 'crops' must be an array, not an object"},
       {"\"id\":\"test-avatar_1\"", "\"id\":\"bad id\"", "id must be 1..63 characters"},
       {"\"id\":\"test-avatar_1\"", "\"id\":7", "field 'id' must be a string, not an integer"},
@@ -789,25 +1117,27 @@ static void test_bad_tables(void) {
   memcpy(b, orig, n);
   put64(entry(b, "audio") + 16, get64(entry(b, "audio") + 16) + 2);
   reseal(b);
-  FC_CHECK(refused_bytes(path, b, n, FC_EFORMAT, "section 'audio' at 73730 does not start on "
-                         "a 4096-byte boundary"));
+  snprintf(want, sizeof want, "section 'audio' at %llu does not start on a 4096-byte boundary",
+           (unsigned long long)get64(entry(b, "audio") + 16));
+  FC_CHECK(refused_bytes(path, b, n, FC_EFORMAT, want));
 
   memcpy(b, orig, n);
   put64(entry(b, "boxes") + 16, get64(entry(b, "index") + 16)); /* on top of the index */
   reseal(b);
-  FC_CHECK(refused_bytes(path, b, n, FC_EFORMAT,
-                         "section 'boxes' at 28672 overlaps what precedes it"));
+  snprintf(want, sizeof want, "section 'boxes' at %llu overlaps what precedes it",
+           (unsigned long long)get64(entry(b, "index") + 16));
+  FC_CHECK(refused_bytes(path, b, n, FC_EFORMAT, want));
 
   memcpy(b, orig, n);
   memcpy(entry(b, "boxes"), "boxez", 5);
   reseal(b);
-  FC_CHECK(refused_bytes(path, b, n, FC_EFORMAT, "section 2 is 'boxez', expected 'boxes'"));
+  FC_CHECK(refused_bytes(path, b, n, FC_EFORMAT, "section 3 is 'boxez', expected 'boxes'"));
 
   memcpy(b, orig, n);
-  put64(entry(b, "frames") + 24, get64(entry(b, "frames") + 24) + 1);
+  put64(entry(b, "tiles") + 24, get64(entry(b, "tiles") + 24) - 1);
   reseal(b);
   FC_CHECK(refused_bytes(path, b, n, FC_EFORMAT,
-                         "section 'frames' is 18433 bytes, the header implies 18432"));
+                         "section 'tiles' is 24575 bytes, the header implies 24576"));
 
   memcpy(b, orig, n);
   b[n] = 0; /* one byte after the last section */
@@ -882,18 +1212,16 @@ static void child(int idx, const char *path, int ready, int go) {
   char c;
   int err;
   fc_pack *p = fc_pack_open(path, &err);
+  /* the frame buffer is private memory: made resident before the baseline */
+  size_t fb = p ? (size_t)fc_pack_get_info(p)->width * fc_pack_get_info(p)->height * 3 / 2 : 1;
+  uint8_t *img = malloc(fb);
+  if (!img) _exit(2);
+  memset(img, 1, fb);
   if (write(ready, "a", 1) != 1 || read(go, &c, 1) != 1) _exit(2);
   rollup(&r0, &p0);
   volatile uint8_t sum = 0;
-  if (p) {
-    const fc_pack_info *in = fc_pack_get_info(p);
-    size_t fb = (size_t)in->width * in->height * 3 / 2;
-    fc_pack_frame f;
-    for (int i = 0; i < in->frames && fc_pack_get_frame(p, i, &f) == FC_OK; i++) {
-      for (size_t k = 0; k < fb; k += 4096) sum += f.i420[k];
-      sum += f.i420[fb - 1];
-    }
-  }
+  for (int i = 0; p && i < fc_pack_get_info(p)->frames; i++)
+    if (fc_pack_copy_i420(p, i, img) == FC_OK) sum += img[fb - 1];
   (void)sum;
   if (write(ready, "t", 1) != 1 || read(go, &c, 1) != 1) _exit(2);
   if (p && fc_pack_resident(p, &u.map_rss, &u.map_pss) == FC_OK) {
@@ -905,6 +1233,7 @@ static void child(int idx, const char *path, int ready, int go) {
   /* keep the mapping until the parent has both reports */
   if (write(ready, &u, sizeof u) != sizeof u || read(go, &c, 1) != 1) _exit(2);
   fc_pack_close(p);
+  free(img);
   _exit(0);
 }
 
@@ -918,7 +1247,8 @@ static int barrier(int ready, int go[2][2]) {
 static void test_pages_are_shared(void) {
   char path[512];
   path_in(path, sizeof path, "shared.fcpack");
-  /* 88 distinct 640x480 frames: 40.5 MB. No crops or clips (that form is covered here). */
+  /* 88 distinct 640x480 frames (80 tiles each, every one stored: each frame is the last plus
+   * 1 everywhere): 43 MB. No crops or clips (that form is covered here). */
   enum { SW = 640, SH = 480, SN = 88 };
   fc_pack_info in = {.width = SW, .height = SH, .fps_num = 25, .fps_den = 1, .frames = SN};
   strcpy(in.id, "shared");
@@ -944,8 +1274,10 @@ static void test_pages_are_shared(void) {
   FC_REQUIRE(p);
   FC_CHECK(fc_pack_get_info(p)->ncrops == 0);
   fc_pack_frame f;
+  buf = malloc(fb);
   FC_CHECK(fc_pack_get_frame(p, SN - 1, &f) == FC_OK && f.crop[0] == NULL &&
-           f.i420[fb - 1] == SN - 1);
+           fc_pack_copy_i420(p, SN - 1, buf) == FC_OK && buf[fb - 1] == SN - 1);
+  free(buf);
   double t3 = now_ms();
   FC_CHECK_INT(fc_pack_verify(p), ==, FC_OK);
   double t4 = now_ms();
@@ -1001,6 +1333,8 @@ int main(void) {
     return 1;
   }
   FC_RUN(test_round_trip);
+  FC_RUN(test_tiles_round_trip);
+  FC_RUN(test_tiles_dedup);
   FC_RUN(test_temporary_files);
   FC_RUN(test_writer_refuses_bad_input);
   FC_RUN(test_foreign_files);
@@ -1010,6 +1344,7 @@ int main(void) {
   FC_RUN(test_newer_version);
   FC_RUN(test_bad_json);
   FC_RUN(test_bad_tables);
+  FC_RUN(test_bad_tile_tables);
   FC_RUN(test_rewritten_while_open);
   FC_RUN(test_pages_are_shared);
   fc_test_rmtree(tmpdir);

@@ -7,7 +7,8 @@
  * they rest. An avatar is immutable once built and may be shared by any number of sessions and
  * threads. Each frame is kept as I420 (copied straight into encoder frames, so unchanged pixels
  * are never converted again) and, for the lip-sync backends, as RGB: the whole frame for a
- * photo, the region around the face for a pack (whose I420 frames stay in the shared mapping). */
+ * photo, the region around the face for a pack (whose I420 frames stay in the shared mapping,
+ * as tiles: fc_avatar_copy_i420 assembles one). */
 #ifndef FACECAST_AVATAR_H
 #define FACECAST_AVATAR_H
 
@@ -52,7 +53,7 @@ const char *fc_avatar_default_path(void);
  * found, FC_EINVAL for a bad size; each with a detail. */
 fc_avatar *fc_avatar_create_from_image(const char *path, const fc_avatar_params *p, int *err);
 /* Opens an avatar pack made by the studio (studio.h): a path to a .fcpack file, or an avatar
- * id looked up in fc_avatar_dir(). The pack's I420 frames are used in place (its pages are
+ * id looked up in fc_avatar_dir(). The pack's I420 tiles are used in place (its pages are
  * shared by every session and process); the mouth geometry comes from its landmarks. Frames
  * play in a ping-pong loop. Errors: FC_ENOTFOUND, FC_EFORMAT (corrupt pack), FC_EINVAL,
  * FC_EUNSUPPORTED (too large for memory), FC_ENOMEM; each with a detail. */
@@ -73,8 +74,12 @@ const fc_image *fc_avatar_frame(const fc_avatar *av, int i);
 /* The RGB pixels around frame i's face, all a lip-sync backend reads: *where is the rectangle
  * of the frame the image shows (even x, y). The whole frame for a photo avatar. */
 const fc_image *fc_avatar_face_region(const fc_avatar *av, int i, fc_rect *where);
-/* Frame i as contiguous I420 (width*height*3/2 bytes). */
+/* Frame i as contiguous I420 (width*height*3/2 bytes): avatars made from a photo only (NULL
+ * for a pack, whose frames are tiles: use fc_avatar_copy_i420). */
 const uint8_t *fc_avatar_frame_i420(const fc_avatar *av, int i);
+/* Copies frame i (i as above) into dst as contiguous I420, width*height*3/2 bytes: a memcpy for
+ * a photo, tiles assembled for a pack. Allocates nothing. 0, or an error of fc_pack_copy_i420. */
+int fc_avatar_copy_i420(const fc_avatar *av, int i, uint8_t *dst);
 fc_rect fc_avatar_face(const fc_avatar *av, int i);
 const fc_mouth_geom *fc_avatar_mouth(const fc_avatar *av, int i);
 /* Frame i's 68 landmarks (dlib's order, frame pixels), or NULL when the avatar has none (a
@@ -89,8 +94,9 @@ int fc_avatar_find_clip(const fc_avatar *av, const char *name);
 /* Clip k's name (NULL for a bad k), frame count and audio (*pcm NULL, *samples 0: none). */
 const char *fc_avatar_clip_info(const fc_avatar *av, int k, int *frames, const int16_t **pcm,
                                 size_t *samples);
-/* Frame j of clip k as I420, or NULL for a bad k or j. */
-const uint8_t *fc_avatar_clip_i420(const fc_avatar *av, int k, int j);
+/* Copies frame j of clip k into dst as contiguous I420 (width*height*3/2 bytes). FC_EINVAL for
+ * a bad k or j. */
+int fc_avatar_clip_copy_i420(const fc_avatar *av, int k, int j, uint8_t *dst);
 /* The face box found in the source picture, before framing. */
 fc_rect fc_avatar_source_face(const fc_avatar *av);
 

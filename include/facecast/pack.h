@@ -4,10 +4,19 @@
  * Layout (all integers little-endian): the magic "FCAVPACK", a format version, the length and
  * bytes of a JSON header (id, size, fps, frame and clip tables, crop sizes, and a free "meta"
  * object: source, quality report, creation time), a section table (offset, size, CRC-32 of
- * each section), then page-aligned sections: the stored frames as I420, the frame index (which
- * stored frame each frame shows: identical consecutive frames, as from a photo, are stored
- * once), face boxes, 68 landmarks per frame, face crops at each crop size as RGB with an 8-bit
- * blend mask each, and the clips' audio as interleaved s16.
+ * each section), then page-aligned sections: a tile store (I420 frames cut into 64x64 luma +
+ * 32x32 chroma tiles), one tile table per stored frame (which stored tile each tile position
+ * shows), the frame index (which stored frame each frame shows: identical consecutive frames,
+ * as from a photo, are stored once), face boxes, 68 landmarks per frame, face crops at each
+ * crop size as RGB with an 8-bit blend mask each, and the clips' audio as interleaved s16.
+ *
+ * Why tiles (format version 2): a presenter video's background and body do not move, so a tile
+ * equal (or equal but for codec noise, see pack.c) to the one the previous frame shows at its
+ * position is not stored again. 10 s of 1080p is 778 MB as whole I420 frames; as tiles it is
+ * the first frame plus what moves. Frames are therefore not contiguous in the mapping: readers
+ * assemble one with fc_pack_copy_i420 (a memcpy per tile row, as fast as copying a frame).
+ * Version 1 files (whole frames) are refused with FC_EUNSUPPORTED: none were ever distributed,
+ * and a second reader path for them would be dead code; recreate such an avatar.
  *
  * Opening checks everything but the bulk data (magic, version, JSON, that every section lies in
  * the file and has the size the header implies, the CRCs of the small sections); a truncated,
@@ -25,7 +34,8 @@
 extern "C" {
 #endif
 
-#define FC_PACK_VERSION 1
+#define FC_PACK_VERSION 2
+#define FC_PACK_TILE 64 /* luma tile side in pixels; chroma tiles are half that */
 #define FC_PACK_MAX_CROPS 2
 #define FC_PACK_MAX_CLIPS 32
 
@@ -40,7 +50,9 @@ typedef struct fc_pack_info {
 
 /* One frame: what the writer takes and the reader hands out (pointers into the mapping). */
 typedef struct fc_pack_frame {
-  const uint8_t *i420;                      /* width*height*3/2 bytes, planes Y, U, V */
+  /* Writer input: width*height*3/2 bytes, planes Y, U, V. The reader sets it NULL: stored
+   * frames are tiles, assembled by fc_pack_copy_i420(). */
+  const uint8_t *i420;
   fc_rect box;                              /* the padded face box the crops were cut from */
   fc_point landmarks[FC_LANDMARKS];         /* in frame pixels */
   const uint8_t *crop[FC_PACK_MAX_CROPS];   /* crop_size² × 3 RGB */
@@ -79,14 +91,22 @@ void fc_pack_writer_destroy(fc_pack_writer *w);
 typedef struct fc_pack fc_pack;
 
 /* Maps a pack read-only. NULL with *err set: FC_ENOTFOUND, FC_EIO, FC_EFORMAT (detail),
- * FC_EUNSUPPORTED (a newer version), FC_ENOMEM. */
+ * FC_EUNSUPPORTED (a newer version, or version 1), FC_ENOMEM. */
 fc_pack *fc_pack_open(const char *path, int *err);
 void fc_pack_close(fc_pack *p);
 const fc_pack_info *fc_pack_get_info(const fc_pack *p);
 /* The header's "meta" object as JSON text ("{}" when none); valid while the pack is open. */
 const char *fc_pack_meta_json(const fc_pack *p);
-/* Frame i (0 <= i < frames): pointers into the mapping. FC_EINVAL for a bad index. */
+/* Frame i (0 <= i < frames): box, landmarks, and crops and masks as pointers into the mapping
+ * (i420 is NULL: see fc_pack_copy_i420). FC_EINVAL for a bad index. */
 int fc_pack_get_frame(const fc_pack *p, int i, fc_pack_frame *out);
+/* Assembles frame i from its tiles into dst, width*height*3/2 bytes of contiguous I420 (Y, U,
+ * V). Allocates nothing and may be called from any thread. FC_EINVAL for a bad index. */
+int fc_pack_copy_i420(const fc_pack *p, int i, uint8_t *dst);
+/* The rectangle r of frame i (x, y, w, h even, w and h >= 2, inside the frame) as contiguous
+ * I420 of r.w x r.h into dst: Y r.w*r.h bytes, then U and V (r.w/2)*(r.h/2) each. FC_EINVAL
+ * for a bad index or rectangle. */
+int fc_pack_copy_i420_rect(const fc_pack *p, int i, fc_rect r, uint8_t *dst);
 int fc_pack_clip_count(const fc_pack *p);
 int fc_pack_get_clip(const fc_pack *p, int k, fc_pack_clip *out);
 /* Index of the clip named name, or FC_ENOTFOUND. */

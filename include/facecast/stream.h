@@ -85,7 +85,8 @@ int fc_stream_next_frame(fc_stream *s, fc_frame_info *info, const uint8_t **i420
 /* Live only, when next_frame said FC_EAGAIN: the next frame at rest, advancing the clock by one
  * frame. Pending partial audio stays at the head of the FIFO. At rest a photo avatar shows its
  * closed-mouth picture (made once) with silence, a recorded avatar its own frames as recorded
- * with silence, and a playing action clip its frames with its audio. */
+ * with silence, and a playing action clip its frames with its audio. Pixels and PCM are
+ * borrowed, valid until the next idle_frame call on this stream. */
 int fc_stream_idle_frame(fc_stream *s, fc_frame_info *info, const uint8_t **i420,
                          const int16_t **pcm);
 

@@ -25,8 +25,9 @@ struct fc_avatar {
   int w, h, n_frames;
   fc_image *frames; /* photo: the whole frame; pack: the region around the face (where[]) */
   fc_rect *where;   /* pack: where frames[i] lies in frame i */
-  uint8_t **i420; /* owned, or pointers into pack's mapping */
+  uint8_t **i420; /* photo: owned contiguous frames; NULL for a pack (its frames are tiles) */
   fc_pack *pack;  /* an avatar opened from a pack (fc_avatar_open_pack) */
+  int first;      /* pack: the pack frame of idle frame 0 */
   /* pack: the clips other than "idle" (n_frames covers only the idle loop) */
   int nclips;
   fc_pack_clip clips[FC_PACK_MAX_CLIPS];
@@ -220,7 +221,7 @@ static fc_rect frame_crop(const fc_image *src, fc_rect face, const fc_avatar_par
 void fc_avatar_destroy(fc_avatar *av) {
   if (!av) return;
   for (int i = 0; av->frames && i < av->n_frames; i++) fc_image_free(&av->frames[i]);
-  for (int i = 0; !av->pack && av->i420 && i < av->n_frames; i++) free(av->i420[i]);
+  for (int i = 0; av->i420 && i < av->n_frames; i++) free(av->i420[i]);
   fc_pack_close(av->pack);
   free(av->frames);
   free(av->where);
@@ -349,6 +350,7 @@ int fc_avatar_is_pack_ref(const char *s) {
 fc_avatar *fc_avatar_open_pack(const char *path_or_id, int *err) {
   char path[4096];
   fc_avatar *av = NULL;
+  uint8_t *region = NULL;
   int e = FC_OK;
   if (!path_or_id || !*path_or_id) {
     e = fc_error_set(FC_EINVAL, "no avatar given");
@@ -383,19 +385,19 @@ fc_avatar *fc_avatar_open_pack(const char *path_or_id, int *err) {
     e = fc_error_set(FC_EFORMAT, "avatar '%s': empty idle clip", path_or_id);
     goto fail;
   }
+  av->first = first;
   av->frames = calloc((size_t)av->n_frames, sizeof *av->frames);
   av->where = calloc((size_t)av->n_frames, sizeof *av->where);
-  av->i420 = calloc((size_t)av->n_frames, sizeof *av->i420);
   av->faces = calloc((size_t)av->n_frames, sizeof *av->faces);
   av->mouths = calloc((size_t)av->n_frames, sizeof *av->mouths);
   av->landmarks = calloc((size_t)av->n_frames * FC_LANDMARKS, sizeof *av->landmarks);
-  if (!av->frames || !av->where || !av->i420 || !av->faces || !av->mouths || !av->landmarks)
+  /* One frame's room for the region's I420, assembled from the tiles (at load only). */
+  region = malloc((size_t)av->w * av->h * 3 / 2);
+  if (!av->frames || !av->where || !av->faces || !av->mouths || !av->landmarks || !region)
     goto oom;
-  size_t ysz = (size_t)av->w * av->h;
   for (int i = 0; i < av->n_frames; i++) {
     fc_pack_frame f;
     if ((e = fc_pack_get_frame(av->pack, first + i, &f))) goto fail;
-    av->i420[i] = (uint8_t *)f.i420; /* read-only mapping: never written through */
     av->faces[i] = f.box;
     mouth_from_landmarks(f.landmarks, f.box, &av->mouths[i]);
     memcpy(av->landmarks + (size_t)i * FC_LANDMARKS, f.landmarks, sizeof f.landmarks);
@@ -411,19 +413,21 @@ fc_avatar *fc_avatar_open_pack(const char *path_or_id, int *err) {
     fc_rect r = {x0, y0, (x1 - x0) & ~1, (y1 - y0) & ~1};
     if (r.w < 2 || r.h < 2) r = (fc_rect){0, 0, av->w, av->h};
     av->where[i] = r;
-    if ((e = fc_image_alloc(&av->frames[i], r.w, r.h))) goto fail;
-    const uint8_t *y = f.i420 + (size_t)r.y * av->w + r.x;
-    const uint8_t *u = f.i420 + ysz + (size_t)(r.y / 2) * (av->w / 2) + r.x / 2;
-    const uint8_t *v = f.i420 + ysz + ysz / 4 + (size_t)(r.y / 2) * (av->w / 2) + r.x / 2;
-    I420ToRAW(y, av->w, u, av->w / 2, v, av->w / 2, av->frames[i].rgb, av->frames[i].stride, r.w,
-              r.h);
+    if ((e = fc_image_alloc(&av->frames[i], r.w, r.h)) ||
+        (e = fc_pack_copy_i420_rect(av->pack, first + i, r, region)))
+      goto fail;
+    size_t rsz = (size_t)r.w * r.h;
+    I420ToRAW(region, r.w, region + rsz, r.w / 2, region + rsz + rsz / 4, r.w / 2,
+              av->frames[i].rgb, av->frames[i].stride, r.w, r.h);
   }
+  free(region);
   av->source_face = av->faces[0];
   *err = FC_OK;
   return av;
 oom:
   e = fc_error_set(FC_ENOMEM, "out of memory");
 fail:
+  free(region);
   fc_avatar_destroy(av);
   *err = e;
   return NULL;
@@ -445,7 +449,13 @@ const fc_image *fc_avatar_face_region(const fc_avatar *av, int i, fc_rect *where
   return &av->frames[k];
 }
 const uint8_t *fc_avatar_frame_i420(const fc_avatar *av, int i) {
-  return av->i420[ping_pong(i, av->n_frames)];
+  return av->pack ? NULL : av->i420[ping_pong(i, av->n_frames)];
+}
+int fc_avatar_copy_i420(const fc_avatar *av, int i, uint8_t *dst) {
+  int k = ping_pong(i, av->n_frames);
+  if (av->pack) return fc_pack_copy_i420(av->pack, av->first + k, dst);
+  memcpy(dst, av->i420[k], (size_t)av->w * av->h * 3 / 2);
+  return FC_OK;
 }
 fc_rect fc_avatar_face(const fc_avatar *av, int i) { return av->faces[ping_pong(i, av->n_frames)]; }
 const fc_mouth_geom *fc_avatar_mouth(const fc_avatar *av, int i) {
@@ -472,10 +482,10 @@ const char *fc_avatar_clip_info(const fc_avatar *av, int k, int *frames, const i
   return c->name;
 }
 
-const uint8_t *fc_avatar_clip_i420(const fc_avatar *av, int k, int j) {
-  if (k < 0 || k >= av->nclips || j < 0 || j >= av->clips[k].count) return NULL;
-  fc_pack_frame f;
-  return fc_pack_get_frame(av->pack, av->clips[k].first + j, &f) ? NULL : f.i420;
+int fc_avatar_clip_copy_i420(const fc_avatar *av, int k, int j, uint8_t *dst) {
+  if (k < 0 || k >= av->nclips || j < 0 || j >= av->clips[k].count)
+    return fc_error_set(FC_EINVAL, "avatar %s: no frame %d of clip %d", fc_avatar_id(av), j, k);
+  return fc_pack_copy_i420(av->pack, av->clips[k].first + j, dst);
 }
 
 const fc_point *fc_avatar_landmarks(const fc_avatar *av, int i) {

@@ -1,13 +1,13 @@
 /* Avatar packs: the streaming writer and the memory-mapped reader (include/facecast/pack.h says
  * what a pack holds and why it is mapped).
  *
- * On-disk layout, version 1. Integers are little-endian; the reader hands out the s16 audio and
+ * On-disk layout, version 2. Integers are little-endian; the reader hands out the s16 audio and
  * reads the i32 boxes and f32 landmarks in place, so big-endian builds are refused below.
  *
  *   offset     bytes   field
  *   0          8       magic "FCAVPACK"
- *   8          4       u32 format version (1; a larger one is FC_EUNSUPPORTED)
- *   12         4       u32 flags (version 1 defines none: must be 0)
+ *   8          4       u32 format version (2; 1 and anything larger are FC_EUNSUPPORTED)
+ *   12         4       u32 flags (version 2 defines none: must be 0)
  *   16         8       u64 J, the length of the JSON header
  *   24         J       the JSON header (UTF-8)
  *   T          8       u32 section count n, u32 zero              T = 24 + J rounded up to 8
@@ -20,7 +20,8 @@
  * every typed array is aligned), none overlapping, zeros between them, the file ending exactly
  * where the last one ends (an empty section still has an aligned offset):
  *
- *   frames     stored_frames x W*H*3/2     I420 (Y, U, V planes) of each stored frame
+ *   tiles      tiles x 6144                64x64 Y, then 32x32 U, then 32x32 V, row by row
+ *   tilemap    stored_frames x TX*TY x 4   u32 tile per tile position, row by row of tiles
  *   index      frames x 8                  u32 stored frame, u32 stored face, per frame
  *   boxes      frames x 16                 i32 x, y, w, h (fc_rect)
  *   landmarks  frames x 68 x 8             f32 x, y (fc_point)
@@ -28,50 +29,67 @@
  *   mask<k>    stored_faces x S_k^2        8-bit blend masks at crop size k
  *   audio      sum of clip frames x channels x 2   s16 interleaved, the clips' audio in order
  *
+ * TX = ceil(W / 64), TY = ceil(H / 64). Tile (tx, ty) covers luma [64 tx, 64 tx + 64) x
+ * [64 ty, 64 ty + 64) and chroma [32 tx, ...) x [32 ty, ...); the parts past the frame's right
+ * and bottom edges are zeros (W and H are even, so a chroma tile covers exactly half its luma
+ * tile's pixels).
+ *
  * The JSON header (every field required, no others):
  *   {"id":"me","width":1920,"height":1080,"fps_num":25,"fps_den":1,"frames":250,
- *    "stored_frames":250,"stored_faces":250,"crops":[96,256],
+ *    "stored_frames":250,"stored_faces":250,"tile_size":64,"tiles":21400,"crops":[96,256],
  *    "clips":[{"name":"idle","first":0,"count":250,"audio":null},
  *             {"name":"wave","first":10,"count":50,"audio":{"rate":16000,"channels":1,
  *              "frames":32000}}],
  *    "meta":{...}}
  *
- * Deduplication: a frame whose I420 equals the previously stored frame's is not stored again;
- * its index entry names that stored frame (a photo avatar's 250 identical frames store one).
- * Its crops and masks (the "face") are deduplicated the same way on their own: a still face
- * has identical crops even where the frame changes, and the reverse. Index entries therefore
- * start at 0, advance by 0 or 1 from frame to frame and end at stored - 1, which the reader
- * checks exactly.
+ * Deduplication, tiles: the writer compares each tile of a frame with the tile the previous
+ * frame shows at the same position (the shown one, not the previous source frame's: errors
+ * cannot accumulate) and reuses it when the two are equal or nearly so: every sample within
+ * NEAR_MAX = 2 levels and the mean absolute difference at most 0.5 (over the samples inside the
+ * frame). Encoders leave skipped blocks of a static scene exactly equal; near-equality catches
+ * the noise of re-coded ones (a static background at CRF 18 flickers by 1-2 levels). 2 of 255
+ * levels is under what the eye tells apart, and the mean bound keeps a real change of a whole
+ * area (a fade, a shadow: every sample off by 1) from being dropped: such a tile is stored.
+ * A new tile gets the next tile number, so each table entry is either the previous table's
+ * entry at that position or the next new tile, and the first table is 0, 1, 2, ...; the
+ * reader checks exactly that (and so that every index is below the tile count).
  *
- * Writing streams: frames go straight into a temporary file beside the target
+ * Deduplication, frames: a frame all of whose tiles are reused is not stored again; its index
+ * entry names the previous stored frame (tile table), as for a photo avatar's 250 identical
+ * frames. Its crops and masks (the "face") are deduplicated the same way on their own, exactly:
+ * a still face has identical crops even where the frame changes, and the reverse. Index
+ * entries therefore start at 0, advance by 0 or 1 from frame to frame and end at stored - 1,
+ * which the reader checks exactly; a stored table after the first holds at least one new tile.
+ *
+ * Writing streams: tiles go straight into a temporary file beside the target
  * (PATH.tmp.XXXXXX), after room reserved for the header (whose size is bounded when writing
  * starts: names are short, clips at most 32, meta is known); every other section streams into
  * its own temporary file in the same directory, unlinked at once so a crash leaves nothing, and
  * finish() copies it into place, writes the header, fsyncs and renames. CRCs are computed as
- * the bytes go out. Memory: one frame and one face (the last stored, for deduplication).
+ * the bytes go out. Memory: the tiles shown at each position (one frame), one tile being
+ * compared, and the last stored face.
  *
  * Reading validates before handing anything out: magic, version, flags, the header's CRC, the
  * JSON (types and ranges), that each section lies inside the file with exactly the size the
- * header implies, the CRCs and contents of the small sections (index, boxes, landmarks). The
- * bulk sections are checked by fc_pack_verify() only, since that reads the whole file. After
- * open, accessors are O(1) pointer arithmetic, allocate nothing and are safe from any thread.
- * The file must not be truncated while mapped (a read past its new end raises SIGBUS); the
- * writer never does that, it renames a new file into place.
+ * header implies, the CRCs and contents of the small sections (tile tables, index, boxes,
+ * landmarks). The bulk sections are checked by fc_pack_verify() only, since that reads the
+ * whole file. After open, accessors allocate nothing and are safe from any thread; a frame is
+ * assembled by a memcpy per tile row. The file must not be truncated while mapped (a read past
+ * its new end raises SIGBUS); the writer never does that, it renames a new file into place.
  *
- * Memory: a 10 s 1080p avatar is 250 frames x 3,110,400 B = 778 MB of I420 plus 74 MB of
- * crops and masks at 96 and 256. Mapped MAP_SHARED, those pages exist once in the page cache
- * however many processes and sessions use the avatar, and they are clean file pages: under
- * memory pressure the kernel drops and later re-reads them instead of swapping. Each process's
- * Rss counts the pages it has touched, but its Pss (its share) is Rss divided by the sharers.
- * LiveTalking keeps every decoded BGR frame (6.2 MB at 1080p) and crop in each process, 1.61 GB
- * per process; four processes holding such a pack showed Rss 832 MB and Pss 208 MB each.
- * Access advice: the engine copies a whole frame at a time (3 MB, in order) and steps from
- * frame to frame, so the mapping keeps MADV_NORMAL: MADV_RANDOM turns a cold frame into ~760
- * single-page reads (a cold pass over the avatar took 10.9 s instead of 0.6-1.4 s), and
- * MADV_SEQUENTIAL was no faster and would let reclaim ignore the accesses of a hot, shared
- * avatar. fc_pack_verify() reads every byte once through a mapping of its own with
- * MADV_SEQUENTIAL (further read-ahead; unmapped afterwards, so the caller's Rss is unchanged).
- * Figures: docs/BENCHMARKS.md, from `facecast bench pack`.
+ * Memory: a 10 s 1080p avatar with every tile changing would be 250 x 510 tiles x 6 KB = 783 MB;
+ * a presenter video (static background and body) stores the first frame (3.1 MB) and what
+ * moves. Mapped MAP_SHARED, those pages exist once in the page cache however many processes
+ * and sessions use the avatar, and they are clean file pages: under memory pressure the kernel
+ * drops and later re-reads them instead of swapping. Each process's Rss counts the pages it has
+ * touched, but its Pss (its share) is Rss divided by the sharers. The tile tables are copied
+ * privately at open (2 KB a stored frame at 1080p), since they become addresses.
+ * Access advice: the mapping keeps MADV_NORMAL: with whole frames (version 1) MADV_RANDOM
+ * turned a cold frame into ~760 single-page reads, and MADV_SEQUENTIAL was no faster and would
+ * let reclaim ignore the accesses of a hot, shared avatar. fc_pack_verify() reads every byte
+ * once through a mapping of its own with MADV_SEQUENTIAL (further read-ahead; unmapped
+ * afterwards, so the caller's Rss is unchanged). Figures: docs/BENCHMARKS.md, from `facecast
+ * bench pack`.
  */
 #include "facecast/pack.h"
 #include "facecast/error.h"
@@ -116,16 +134,24 @@ enum {
   JSON_FIXED_MAX = 512,
   JSON_CLIP_MAX = 192,
   COPY_CHUNK = 1 << 20,
+  TILE = FC_PACK_TILE,       /* luma tile side */
+  CTILE = TILE / 2,          /* chroma tile side */
+  TILE_Y = TILE * TILE,      /* bytes of a tile's Y plane */
+  TILE_C = CTILE * CTILE,    /* bytes of each chroma plane */
+  TILE_BYTES = TILE_Y + 2 * TILE_C,
+  NEAR_MAX = 2,              /* near-equal tiles: no sample differs by more than this, */
+  /* and the summed absolute difference is at most half the samples (a mean of 0.5) */
 };
 #define MAX_AUDIO_FRAMES (1ll << 40) /* per clip: keeps the byte counts far below 2^63 */
 
 static const char magic[8] = {'F', 'C', 'A', 'V', 'P', 'A', 'C', 'K'};
 
 /* Sections in file and table order. */
-enum { S_FRAMES, S_INDEX, S_BOXES, S_LANDMARKS, S_CROP0, S_MASK0, S_CROP1, S_MASK1, S_AUDIO,
-       S_COUNT };
-static const char *const sec_name[S_COUNT] = {"frames", "index", "boxes", "landmarks", "crop0",
-                                              "mask0",  "crop1", "mask1", "audio"};
+enum { S_TILES, S_TILEMAP, S_INDEX, S_BOXES, S_LANDMARKS, S_CROP0, S_MASK0, S_CROP1, S_MASK1,
+       S_AUDIO, S_COUNT };
+static const char *const sec_name[S_COUNT] = {"tiles", "tilemap", "index", "boxes",
+                                              "landmarks", "crop0", "mask0", "crop1",
+                                              "mask1", "audio"};
 
 static int sec_present(int s, int ncrops) {
   return s < S_CROP0 || s == S_AUDIO || (s - S_CROP0) / 2 < ncrops;
@@ -261,14 +287,16 @@ static uint64_t clip_audio_bytes(const fc_pack_clip *c) {
   return (uint64_t)c->audio_frames * (uint64_t)c->audio_channels * 2;
 }
 
-static uint64_t frame_bytes(const fc_pack_info *in) {
-  return (uint64_t)in->width * (uint64_t)in->height * 3 / 2;
-}
+static int tiles_x(const fc_pack_info *in) { return (in->width + TILE - 1) / TILE; }
+static int tiles_y(const fc_pack_info *in) { return (in->height + TILE - 1) / TILE; }
+/* Tile positions per frame: at most 128 x 128 (MAX_DIM 8192). */
+static int tiles_per_frame(const fc_pack_info *in) { return tiles_x(in) * tiles_y(in); }
 
 /* Bytes per stored item of a per-item section (the audio section has none). */
 static uint64_t item_bytes(const fc_pack_info *in, int s) {
   switch (s) {
-  case S_FRAMES: return frame_bytes(in);
+  case S_TILES: return TILE_BYTES;
+  case S_TILEMAP: return (uint64_t)tiles_per_frame(in) * 4;
   case S_INDEX: return 8;
   case S_BOXES: return sizeof(fc_rect);
   case S_LANDMARKS: return LM_BYTES;
@@ -350,12 +378,17 @@ typedef struct spool {
 struct fc_pack_writer {
   char *path;
   char *tmp;      /* the temporary file's path until it is renamed (NULL after) */
-  int fd;         /* the temporary file: header reservation, then the frames */
-  spool sp[S_COUNT]; /* sp[S_FRAMES].fd is fd; the others own an unlinked file each */
+  int fd;         /* the temporary file: header reservation, then the tiles */
+  spool sp[S_COUNT]; /* sp[S_TILES].fd is fd; the others own an unlinked file each */
   fc_pack_info info;
   char *meta;     /* the meta object as compact JSON (g_malloc'd) */
-  uint64_t reserve; /* bytes before the frames section */
-  uint8_t *last_frame, *last_face; /* the last stored frame and face (crops, then masks) */
+  uint64_t reserve; /* bytes before the tiles section */
+  int ntiles;     /* tile positions per frame */
+  uint8_t *shown; /* ntiles x TILE_BYTES: the stored tile each position shows now */
+  uint32_t *shown_idx; /* ntiles: its number; the last stored tile table */
+  uint8_t *cur;   /* TILE_BYTES: the tile being compared */
+  uint64_t tiles; /* tiles stored */
+  uint8_t *last_face; /* the last stored face (crops, then masks) */
   int added, stored_frames, stored_faces;
   int nclips;
   fc_pack_clip clips[FC_PACK_MAX_CLIPS]; /* audio pointers cleared: the samples are spooled */
@@ -408,14 +441,16 @@ static int spool_open(fc_pack_writer *w, int s) {
 
 void fc_pack_writer_destroy(fc_pack_writer *w) {
   if (!w) return;
-  for (int s = S_INDEX; s < S_COUNT; s++)
+  for (int s = S_TILEMAP; s < S_COUNT; s++)
     if (w->sp[s].fd >= 0) close(w->sp[s].fd);
   if (w->fd >= 0) close(w->fd);
   if (w->tmp) unlink(w->tmp);
   free(w->tmp);
   free(w->path);
   g_free(w->meta);
-  free(w->last_frame);
+  free(w->shown);
+  free(w->shown_idx);
+  free(w->cur);
   free(w->last_face);
   free(w);
 }
@@ -467,9 +502,12 @@ fc_pack_writer *fc_pack_writer_create(const char *path, const fc_pack_info *info
   size_t plen = strlen(path);
   char *tmp = malloc(plen + 16);
   w->path = strdup(path);
-  w->last_frame = malloc(frame_bytes(info));
+  w->ntiles = tiles_per_frame(info);
+  w->shown = malloc((size_t)w->ntiles * TILE_BYTES);
+  w->shown_idx = malloc((size_t)w->ntiles * sizeof *w->shown_idx);
+  w->cur = malloc(TILE_BYTES);
   w->last_face = malloc(face_bytes(info) + 1);
-  if (!tmp || !w->path || !w->last_frame || !w->last_face) {
+  if (!tmp || !w->path || !w->shown || !w->shown_idx || !w->cur || !w->last_face) {
     free(tmp);
     err = fc_error_set(FC_ENOMEM, "pack %s: out of memory", path);
     goto fail;
@@ -497,8 +535,8 @@ fc_pack_writer *fc_pack_writer_create(const char *path, const fc_pack_info *info
   uint64_t bound = FIXED + JSON_FIXED_MAX + (uint64_t)FC_PACK_MAX_CLIPS * JSON_CLIP_MAX +
                    strlen(w->meta) + 8 + 8 + (uint64_t)nsec * ENTRY + 4;
   w->reserve = align_up(bound, PAGE);
-  w->sp[S_FRAMES] = (spool){.fd = w->fd, .base = w->reserve, .crc = crc_of(NULL, 0)};
-  for (int s = S_INDEX; s < S_COUNT; s++)
+  w->sp[S_TILES] = (spool){.fd = w->fd, .base = w->reserve, .crc = crc_of(NULL, 0)};
+  for (int s = S_TILEMAP; s < S_COUNT; s++)
     if (sec_present(s, info->ncrops) && (err = spool_open(w, s))) goto fail;
   if (err_out) *err_out = FC_OK;
   return w;
@@ -537,6 +575,42 @@ static int put_face(fc_pack_writer *w, const fc_pack_frame *f) {
   return FC_OK;
 }
 
+/* Cuts tile t of an I420 frame into tile (Y, U, V planes of TILE_BYTES), zeros past the
+ * frame's edges. Returns the samples inside the frame. */
+static int cut_tile(const fc_pack_info *in, const uint8_t *i420, int t, uint8_t *tile) {
+  int tx = t % tiles_x(in), ty = t / tiles_x(in);
+  int x0 = tx * TILE, y0 = ty * TILE, w = in->width, h = in->height;
+  int vw = w - x0 < TILE ? w - x0 : TILE, vh = h - y0 < TILE ? h - y0 : TILE;
+  if (vw < TILE || vh < TILE) memset(tile, 0, TILE_BYTES);
+  for (int r = 0; r < vh; r++) memcpy(tile + r * TILE, i420 + (size_t)(y0 + r) * w + x0, (size_t)vw);
+  size_t ysz = (size_t)w * h, cw = (size_t)w / 2;
+  for (int pl = 0; pl < 2; pl++) {
+    const uint8_t *src = i420 + ysz + (size_t)pl * (ysz / 4);
+    uint8_t *dst = tile + TILE_Y + pl * TILE_C;
+    for (int r = 0; r < vh / 2; r++)
+      memcpy(dst + r * CTILE, src + (size_t)(y0 / 2 + r) * cw + x0 / 2, (size_t)vw / 2);
+  }
+  return vw * vh + 2 * (vw / 2) * (vh / 2);
+}
+
+/* 1 when tile a may show as b: equal, or near-equal (see the top of the file). Padding is zero
+ * in both, so it adds nothing to the sums; vis counts the samples inside the frame. */
+static int tile_close(const uint8_t *a, const uint8_t *b, int vis) {
+  if (memcmp(a, b, TILE_BYTES) == 0) return 1;
+  unsigned sum = 0;
+  for (int k = 0; k < TILE_BYTES; k += 64) {
+    unsigned bad = 0;
+    for (int j = k; j < k + 64; j++) { /* branch-free inner loop: vectorizes */
+      int d = a[j] - b[j];
+      unsigned ad = (unsigned)(d < 0 ? -d : d);
+      sum += ad;
+      bad |= ad > NEAR_MAX;
+    }
+    if (bad) return 0;
+  }
+  return 2 * sum <= (unsigned)vis;
+}
+
 /* Common refusals of the mutating calls. */
 static int writer_usable(const fc_pack_writer *w) {
   if (!w) return fc_error_set(FC_EINVAL, "pack writer: NULL");
@@ -563,13 +637,23 @@ int fc_pack_writer_add_frame(fc_pack_writer *w, const fc_pack_frame *f) {
     return fc_error_set(FC_EINVAL, "pack %s: frame %d: %s", w->path, w->added, why);
 
   uint32_t idx[2];
-  size_t fb = (size_t)frame_bytes(in);
-  if (w->stored_frames > 0 && memcmp(f->i420, w->last_frame, fb) == 0) {
-    idx[0] = (uint32_t)w->stored_frames - 1;
-  } else {
-    if ((err = spool_put(w, S_FRAMES, f->i420, fb))) return err;
-    memcpy(w->last_frame, f->i420, fb);
+  int fresh = 0; /* tiles this frame stores */
+  for (int t = 0; t < w->ntiles; t++) {
+    int vis = cut_tile(in, f->i420, t, w->cur);
+    uint8_t *shown = w->shown + (size_t)t * TILE_BYTES;
+    if (w->stored_frames > 0 && tile_close(w->cur, shown, vis)) continue;
+    if (w->tiles >= UINT32_MAX)
+      return w->failed = fc_error_set(FC_EINVAL, "pack %s: more than 2^32 tiles", w->path);
+    if ((err = spool_put(w, S_TILES, w->cur, TILE_BYTES))) return err;
+    memcpy(shown, w->cur, TILE_BYTES);
+    w->shown_idx[t] = (uint32_t)w->tiles++;
+    fresh++;
+  }
+  if (fresh) {
+    if ((err = spool_put(w, S_TILEMAP, w->shown_idx, (size_t)w->ntiles * 4))) return err;
     idx[0] = (uint32_t)w->stored_frames++;
+  } else {
+    idx[0] = (uint32_t)w->stored_frames - 1; /* every tile reused: the same table */
   }
   if (w->stored_faces > 0 && same_face(w, f)) {
     idx[1] = (uint32_t)w->stored_faces - 1;
@@ -641,9 +725,10 @@ static size_t header_json(const fc_pack_writer *w, char *buf, size_t cap) {
   int ok = 1;
   jcat(buf, cap, &len, &ok,
        "{\"id\":\"%s\",\"width\":%d,\"height\":%d,\"fps_num\":%d,\"fps_den\":%d,\"frames\":%d,"
-       "\"stored_frames\":%d,\"stored_faces\":%d,\"crops\":[",
+       "\"stored_frames\":%d,\"stored_faces\":%d,\"tile_size\":%d,\"tiles\":%llu,"
+       "\"crops\":[",
        in->id, in->width, in->height, in->fps_num, in->fps_den, in->frames, w->stored_frames,
-       w->stored_faces);
+       w->stored_faces, TILE, (unsigned long long)w->tiles);
   for (int k = 0; k < in->ncrops; k++)
     jcat(buf, cap, &len, &ok, "%s%d", k ? "," : "", in->crop_size[k]);
   jcat(buf, cap, &len, &ok, "],\"clips\":[");
@@ -684,15 +769,15 @@ int fc_pack_writer_finish(fc_pack_writer *w) {
   uint8_t *buf = NULL, *hdr = NULL;
   uint64_t off[S_COUNT] = {0};
   int nsec = 0;
-  off[S_FRAMES] = w->reserve;
-  uint64_t end = w->reserve + w->sp[S_FRAMES].size;
+  off[S_TILES] = w->reserve;
+  uint64_t end = w->reserve + w->sp[S_TILES].size;
   buf = malloc(COPY_CHUNK);
   hdr = calloc(1, (size_t)w->reserve);
   if (!buf || !hdr) {
     err = fc_error_set(FC_ENOMEM, "pack %s: out of memory", w->path);
     goto done;
   }
-  for (int s = S_INDEX; s < S_COUNT; s++) {
+  for (int s = S_TILEMAP; s < S_COUNT; s++) {
     if (!sec_present(s, in->ncrops)) continue;
     off[s] = align_up(end, PAGE);
     if ((err = spool_copy(w, s, off[s], buf))) goto done;
@@ -762,10 +847,14 @@ struct fc_pack {
   char *meta;  /* g_malloc'd */
   fc_pack_info info;
   int stored_frames, stored_faces;
+  int tile_size;          /* from the header: TILE */
+  uint32_t tiles;         /* stored tiles */
+  int tx, ntiles;         /* tile columns, tile positions per frame */
   uint64_t off[S_COUNT], len[S_COUNT];
   uint32_t crc[S_COUNT];
   uint64_t item[S_COUNT]; /* bytes per stored item */
   uint32_t *index;        /* a private copy of the index section (see check_small) */
+  uint32_t *tilemap;      /* and of the tile tables */
   int nclips;
   fc_pack_clip clips[FC_PACK_MAX_CLIPS];
 };
@@ -775,6 +864,7 @@ void fc_pack_close(fc_pack *p) {
   if (p->map) munmap(p->map, p->size);
   if (p->fd >= 0) close(p->fd);
   free(p->index);
+  free(p->tilemap);
   free(p->path);
   g_free(p->meta);
   free(p);
@@ -925,12 +1015,13 @@ static int parse_json(fc_pack *p, const char *text, size_t n) {
   JsonParser *jp = json_object_parse(text, n, &root, why, sizeof why);
   if (!jp) return fc_error_set(FC_EFORMAT, "pack %s: the JSON header %s", p->path, why);
   static const char *const keys[] = {"id", "width", "height", "fps_num", "fps_den", "frames",
-                                     "stored_frames", "stored_faces", "crops", "clips", "meta",
-                                     NULL};
+                                     "stored_frames", "stored_faces", "tile_size", "tiles",
+                                     "crops", "clips", "meta", NULL};
   jobj j = {p, json_node_get_object(root), "the header"};
   fc_pack_info *in = &p->info;
   JsonArray *crops, *clips;
   JsonNode *meta;
+  int64_t tiles = 0;
   int err;
   if ((err = j_only(j, keys)) || (err = j_name(j, "id", in->id, sizeof in->id)) ||
       (err = j_int32(j, "width", &in->width)) || (err = j_int32(j, "height", &in->height)) ||
@@ -938,6 +1029,8 @@ static int parse_json(fc_pack *p, const char *text, size_t n) {
       (err = j_int32(j, "frames", &in->frames)) ||
       (err = j_int32(j, "stored_frames", &p->stored_frames)) ||
       (err = j_int32(j, "stored_faces", &p->stored_faces)) ||
+      (err = j_int32(j, "tile_size", &p->tile_size)) ||
+      (err = j_int(j, "tiles", 1, UINT32_MAX, &tiles)) ||
       (err = j_array(j, "crops", FC_PACK_MAX_CROPS, &crops)) ||
       (err = j_array(j, "clips", FC_PACK_MAX_CLIPS, &clips)) || (err = j_get(j, "meta", &meta)))
     goto done;
@@ -966,6 +1059,22 @@ static int parse_json(fc_pack *p, const char *text, size_t n) {
     err = fc_error_set(FC_EFORMAT, "pack %s: the header's stored_frames %d and stored_faces %d "
                        "must be in 1..%d (frames)", p->path, p->stored_frames, p->stored_faces,
                        in->frames);
+    goto done;
+  }
+  if (p->tile_size != TILE) {
+    err = fc_error_set(FC_EFORMAT, "pack %s: the header's tile_size %d is not %d (the only size "
+                       "this build reads)", p->path, p->tile_size, TILE);
+    goto done;
+  }
+  p->tiles = (uint32_t)tiles;
+  p->tx = tiles_x(in);
+  p->ntiles = tiles_per_frame(in);
+  /* The first stored frame stores every position, each later one at least one tile. */
+  if (tiles < p->ntiles + p->stored_frames - 1 ||
+      tiles > (int64_t)p->ntiles * p->stored_frames) {
+    err = fc_error_set(FC_EFORMAT, "pack %s: the header's tiles %lld cannot make %d stored "
+                       "frames of %d tiles", p->path, (long long)tiles, p->stored_frames,
+                       p->ntiles);
     goto done;
   }
   p->nclips = (int)json_array_get_length(clips);
@@ -1000,6 +1109,10 @@ static int parse_frame(fc_pack *p, const char **json, size_t *jlen, const uint8_
   if (version > FC_PACK_VERSION)
     return fc_error_set(FC_EUNSUPPORTED, "pack %s: format version %u is newer than this build "
                         "reads (up to %d)", p->path, version, FC_PACK_VERSION);
+  if (version < FC_PACK_VERSION)
+    return fc_error_set(FC_EUNSUPPORTED, "pack %s: format version %u (whole frames) is no longer "
+                        "read; create the avatar again (facecast avatar create)", p->path,
+                        version);
   if (flags != 0)
     return fc_error_set(FC_EFORMAT, "pack %s: unknown flags 0x%x", p->path, flags);
   if (j == 0 || j > MAX_JSON)
@@ -1060,7 +1173,8 @@ static int check_table(fc_pack *p, const uint8_t *table, uint32_t n) {
   const fc_pack_info *in = &p->info;
   uint64_t count[S_COUNT];
   for (int s = 0; s < S_COUNT; s++) count[s] = (uint64_t)in->frames;
-  count[S_FRAMES] = (uint64_t)p->stored_frames;
+  count[S_TILES] = p->tiles;
+  count[S_TILEMAP] = (uint64_t)p->stored_frames;
   for (int s = S_CROP0; s <= S_MASK1; s++) count[s] = (uint64_t)p->stored_faces;
   uint64_t audio = 0;
   for (int k = 0; k < p->nclips; k++) audio += clip_audio_bytes(&p->clips[k]);
@@ -1104,16 +1218,55 @@ static int check_crc(const fc_pack *p, int s) {
   return FC_OK;
 }
 
-/* The small per-frame sections: CRCs, then the index's shape, boxes and points.
- * The index is the one thing accessors turn into addresses, so it is copied and the copy is
- * checked: a shared mapping shows later writes to the file, and a pack rewritten in place
- * (which the writer never does: it renames a new file into place) could then give wrong
- * pixels, never an address outside the mapping. */
+/* The tile tables' shape (see the top of the file): the first is 0, 1, 2, ...; each entry of
+ * a later one is the previous table's entry at its position or the next new tile; every later
+ * table has a new tile; and the tables use exactly the header's tile count. Every index is
+ * therefore below the tile count. */
+static int check_tilemap(fc_pack *p) {
+  uint64_t next = 0;
+  int n = p->ntiles;
+  for (int f = 0; f < p->stored_frames; f++) {
+    const uint32_t *tb = p->tilemap + (size_t)f * n, *pv = f ? tb - n : tb; /* pv: f > 0 only */
+    uint64_t before = next;
+    for (int t = 0; t < n; t++) {
+      uint32_t v = tb[t];
+      if (v == next) {
+        next++;
+      } else if (f == 0) {
+        return fc_error_set(FC_EFORMAT, "pack %s: tile table 0, position %d: tile %u is not %llu "
+                            "(the first table stores every tile in order)", p->path, t, v,
+                            (unsigned long long)next);
+      } else if (v != pv[t]) {
+        return fc_error_set(FC_EFORMAT, "pack %s: tile table %d, position %d (column %d, row %d):"
+                            " tile %u is neither the previous table's %u nor the next new tile "
+                            "%llu", p->path, f, t, t % p->tx, t / p->tx, v, pv[t],
+                            (unsigned long long)next);
+      }
+    }
+    if (f > 0 && next == before)
+      return fc_error_set(FC_EFORMAT, "pack %s: tile table %d repeats table %d (a repeated frame "
+                          "reuses its table)", p->path, f, f - 1);
+  }
+  if (next != p->tiles)
+    return fc_error_set(FC_EFORMAT, "pack %s: the tile tables use %llu tiles, the header says %u",
+                        p->path, (unsigned long long)next, p->tiles);
+  return FC_OK;
+}
+
+/* The small per-frame sections: CRCs, then the tile tables' and the index's shape, boxes and
+ * points. The tables and the index are what accessors turn into addresses, so they are copied
+ * and the copies are checked: a shared mapping shows later writes to the file, and a pack
+ * rewritten in place (which the writer never does: it renames a new file into place) could
+ * then give wrong pixels, never an address outside the mapping. */
 static int check_small(fc_pack *p) {
   int err;
-  for (int s = S_INDEX; s <= S_LANDMARKS; s++)
+  for (int s = S_TILEMAP; s <= S_LANDMARKS; s++)
     if ((err = check_crc(p, s))) return err;
   const fc_pack_info *in = &p->info;
+  p->tilemap = malloc((size_t)p->len[S_TILEMAP]);
+  if (!p->tilemap) return fc_error_set(FC_ENOMEM, "pack %s: out of memory", p->path);
+  memcpy(p->tilemap, p->map + p->off[S_TILEMAP], (size_t)p->len[S_TILEMAP]);
+  if ((err = check_tilemap(p))) return err;
   p->index = malloc((size_t)p->len[S_INDEX]);
   if (!p->index) return fc_error_set(FC_ENOMEM, "pack %s: out of memory", p->path);
   memcpy(p->index, p->map + p->off[S_INDEX], (size_t)p->len[S_INDEX]);
@@ -1211,8 +1364,8 @@ int fc_pack_get_frame(const fc_pack *p, int i, fc_pack_frame *out) {
   if (i < 0 || i >= p->info.frames)
     return fc_error_set(FC_EINVAL, "pack %s: frame %d is not in 0..%d", p->path, i,
                         p->info.frames - 1);
-  uint64_t f = p->index[2 * (size_t)i], c = p->index[2 * (size_t)i + 1];
-  out->i420 = p->map + p->off[S_FRAMES] + f * p->item[S_FRAMES];
+  uint64_t c = p->index[2 * (size_t)i + 1];
+  out->i420 = NULL; /* tiles: fc_pack_copy_i420 */
   memcpy(&out->box, p->map + p->off[S_BOXES] + (size_t)i * sizeof out->box, sizeof out->box);
   memcpy(out->landmarks, p->map + p->off[S_LANDMARKS] + (size_t)i * LM_BYTES, LM_BYTES);
   for (int k = 0; k < FC_PACK_MAX_CROPS; k++) {
@@ -1222,6 +1375,58 @@ int fc_pack_get_frame(const fc_pack *p, int i, fc_pack_frame *out) {
     out->mask[k] = have ? p->map + p->off[ms] + c * p->item[ms] : NULL;
   }
   return FC_OK;
+}
+
+/* Copies the part [x0, x0 + w) x [y0, y0 + h) of one plane (pl: 0 Y, 1 U, 2 V; coordinates
+ * in that plane's pixels) from the tiles of table tb into dst (rows of w bytes). Tile by tile,
+ * each tile's rows in turn: the source is read in order; whole tile rows are fixed-size copies
+ * the compiler inlines. */
+static void copy_plane(const fc_pack *p, const uint32_t *tb, int pl, int x0, int y0, int w, int h,
+                       uint8_t *dst) {
+  int side = pl ? CTILE : TILE;
+  size_t poff = pl == 0 ? 0 : pl == 1 ? TILE_Y : TILE_Y + TILE_C;
+  const uint8_t *tiles = p->map + p->off[S_TILES] + poff;
+  for (int ty = y0 / side; ty * side < y0 + h; ty++) {
+    int r0 = y0 > ty * side ? y0 - ty * side : 0;
+    int r1 = y0 + h < (ty + 1) * side ? y0 + h - ty * side : side;
+    uint8_t *drow = dst + (size_t)(ty * side + r0 - y0) * w;
+    for (int tx = x0 / side; tx * side < x0 + w; tx++) {
+      int c0 = x0 > tx * side ? x0 - tx * side : 0;
+      int c1 = x0 + w < (tx + 1) * side ? x0 + w - tx * side : side;
+      size_t n = (size_t)(c1 - c0);
+      const uint8_t *s = tiles + (size_t)tb[ty * p->tx + tx] * TILE_BYTES + (size_t)r0 * side + c0;
+      uint8_t *d = drow + (tx * side + c0 - x0);
+      if (n == TILE)
+        for (int r = r0; r < r1; r++, s += side, d += w) memcpy(d, s, TILE);
+      else if (n == CTILE)
+        for (int r = r0; r < r1; r++, s += side, d += w) memcpy(d, s, CTILE);
+      else
+        for (int r = r0; r < r1; r++, s += side, d += w) memcpy(d, s, n);
+    }
+  }
+}
+
+int fc_pack_copy_i420_rect(const fc_pack *p, int i, fc_rect r, uint8_t *dst) {
+  if (!p || !dst) return fc_error_set(FC_EINVAL, "pack: NULL argument");
+  const fc_pack_info *in = &p->info;
+  if (i < 0 || i >= in->frames)
+    return fc_error_set(FC_EINVAL, "pack %s: frame %d is not in 0..%d", p->path, i,
+                        in->frames - 1);
+  if (r.w < 2 || r.h < 2 || (r.x | r.y | r.w | r.h) & 1 || r.x < 0 || r.y < 0 ||
+      r.x > in->width - r.w || r.y > in->height - r.h)
+    return fc_error_set(FC_EINVAL, "pack %s: rectangle %dx%d+%d+%d is odd or outside the %dx%d "
+                        "frame", p->path, r.w, r.h, r.x, r.y, in->width, in->height);
+  const uint32_t *tb = p->tilemap + (size_t)p->index[2 * (size_t)i] * p->ntiles;
+  size_t ysz = (size_t)r.w * r.h;
+  copy_plane(p, tb, 0, r.x, r.y, r.w, r.h, dst);
+  copy_plane(p, tb, 1, r.x / 2, r.y / 2, r.w / 2, r.h / 2, dst + ysz);
+  copy_plane(p, tb, 2, r.x / 2, r.y / 2, r.w / 2, r.h / 2, dst + ysz + ysz / 4);
+  return FC_OK;
+}
+
+int fc_pack_copy_i420(const fc_pack *p, int i, uint8_t *dst) {
+  if (!p) return fc_error_set(FC_EINVAL, "pack: NULL argument");
+  return fc_pack_copy_i420_rect(p, i, (fc_rect){0, 0, p->info.width, p->info.height}, dst);
 }
 
 int fc_pack_clip_count(const fc_pack *p) { return p ? p->nclips : 0; }

@@ -1,14 +1,18 @@
 /* facecast bench pack: what an avatar pack costs on this machine (recorded in
  * docs/BENCHMARKS.md).
  *
- * Writes a synthetic avatar (default: 250 distinct 1920x1080 frames, crops at 96 and 256, the
- * size of a 10 s 1080p avatar) and the same avatar as a photo (one frame repeated), then
- * measures: writing, opening, fc_pack_verify warm and cold, an in-order pass over every
- * frame's I420 and crops as the engine reads them (cold, under each madvise advice, and warm),
- * and N processes that each play the whole avatar and hold it (Rss and Pss of each mapping,
- * and what the page cache holds). "Cold" means the file's pages were dropped from the page
- * cache with POSIX_FADV_DONTNEED first, which needs no privileges; on tmpfs nothing can be
- * dropped, so --dir should name a directory on a disk. Both files are removed at the end. */
+ * Writes three synthetic avatars (default: 250 frames of 1920x1080, crops at 96 and 256, the
+ * size of a 10 s 1080p avatar): every frame distinct everywhere (no tile can be reused: the
+ * worst case), a "presenter" (a fixed background, a 480x540 block that changes every frame
+ * and moves 4 px a frame: the tiles it covers or leaves are stored again), and a photo (one
+ * frame repeated). Then measures, on the distinct and the presenter avatar: opening,
+ * fc_pack_verify warm and cold, an in-order pass assembling every frame's I420 and reading
+ * its crops as the engine does (cold and warm), a whole-file CRC under two madvise advices
+ * (verify's reading), and N processes that each play the whole avatar and hold it (Rss and Pss
+ * of each mapping, and what the page cache holds). "Cold" means the file's pages were dropped
+ * from the page cache with POSIX_FADV_DONTNEED first, which needs no privileges; on tmpfs
+ * nothing can be dropped, so --dir should name a directory on a disk. The files are removed at
+ * the end. */
 #include "cli/cli.h"
 #include "facecast/error.h"
 #include "facecast/pack.h"
@@ -25,8 +29,19 @@
 
 enum { CROP0 = 96, CROP1 = 256 };
 
-/* Writes n frames of w x h; photo: the same picture every time. */
-static int write_avatar(const char *path, int w, int h, int n, int photo) {
+enum { DISTINCT, PRESENTER, PHOTO };
+
+/* A cheap pattern: 64-byte runs of pseudo-random values from seed, over [from, to). */
+static void pattern(uint8_t *f, size_t from, size_t to, uint32_t s) {
+  for (size_t k = from; k < to; k += 64) {
+    s = s * 1103515245u + 12345u;
+    memset(f + k, (int)(s >> 16), to - k < 64 ? to - k : 64);
+  }
+}
+
+/* Writes n frames of w x h of the given kind. */
+static int write_avatar(const char *path, int w, int h, int n, int kind) {
+  int photo = kind == PHOTO;
   fc_pack_info in = {.width = w, .height = h, .fps_num = 25, .fps_den = 1, .frames = n,
                      .ncrops = 2, .crop_size = {CROP0, CROP1}};
   snprintf(in.id, sizeof in.id, "bench");
@@ -38,10 +53,12 @@ static int write_avatar(const char *path, int w, int h, int n, int photo) {
   uint8_t *f = malloc(fb), *c0 = malloc(CROP0 * CROP0 * 4), *c1 = malloc(CROP1 * CROP1 * 4);
   if (!f || !c0 || !c1) err = fc_error_set(FC_ENOMEM, "bench pack: out of memory");
   for (int i = 0; i < n && !err; i++) {
-    uint32_t s = photo ? 1 : (uint32_t)i + 1; /* a cheap pattern that differs per frame */
-    for (size_t k = 0; k < fb; k += 64) {
-      s = s * 1103515245u + 12345u;
-      memset(f + k, (int)(s >> 16), fb - k < 64 ? fb - k : 64);
+    pattern(f, 0, fb, kind == DISTINCT ? (uint32_t)i + 1 : 1);
+    if (kind == PRESENTER) { /* the block's luma rows (its chroma stays: enough to differ) */
+      int bw = 480 < w ? 480 : w, bh = 540 < h ? 540 : h, bx = (w - bw) / 2 + (4 * i) % 64;
+      bx = bx + bw > w ? w - bw : bx;
+      for (int y = (h - bh) / 2; y < (h - bh) / 2 + bh; y++)
+        pattern(f, (size_t)y * w + bx, (size_t)y * w + bx + bw, (uint32_t)(i * 7919 + y));
     }
     memset(c0, photo ? 0 : i, CROP0 * CROP0 * 4);
     memset(c1, photo ? 0 : i, CROP1 * CROP1 * 4);
@@ -86,14 +103,15 @@ static long long cached_kb(const char *path) {
   return c * 4;
 }
 
-/* Copies every frame's I420, crops and masks in order into dst, as the engine reads them. */
+/* Assembles every frame's I420 and copies its crops and masks in order into dst, as the
+ * engine reads them. */
 static void pass(const fc_pack *p, uint8_t *dst) {
   const fc_pack_info *in = fc_pack_get_info(p);
   size_t fb = (size_t)in->width * in->height * 3 / 2;
   fc_pack_frame f;
   for (int i = 0; i < in->frames; i++) {
     fc_pack_get_frame(p, i, &f);
-    memcpy(dst, f.i420, fb);
+    fc_pack_copy_i420(p, i, dst);
     memcpy(dst + fb, f.crop[0], CROP0 * CROP0 * 3);
     memcpy(dst + fb, f.mask[0], CROP0 * CROP0);
     memcpy(dst + fb, f.crop[1], CROP1 * CROP1 * 3);
@@ -101,17 +119,11 @@ static void pass(const fc_pack *p, uint8_t *dst) {
   }
 }
 
-/* One pass over a fresh open, advice >= 0 applied to the bulk sections first. Seconds, or
- * -1. */
-static double play(const char *path, int advice, uint8_t *dst) {
+/* One pass over a fresh open (the engine's advice, MADV_NORMAL). Seconds, or -1. */
+static double play(const char *path, uint8_t *dst) {
   int err;
   fc_pack *p = fc_pack_open(path, &err);
   if (!p) return -1;
-  fc_pack_frame f, last;
-  fc_pack_get_frame(p, 0, &f);
-  fc_pack_get_frame(p, fc_pack_get_info(p)->frames - 1, &last);
-  if (advice >= 0) /* frames .. the last mask: every bulk section but the audio */
-    madvise((void *)f.i420, (size_t)(last.mask[1] + CROP1 * CROP1 - f.i420), advice);
   double t = fc_cli_now();
   pass(p, dst);
   t = fc_cli_now() - t;
@@ -216,87 +228,112 @@ int fc_bench_pack(int argc, char **argv) {
                     "--runs 1..20\n");
     return FC_EXIT_INPUT;
   }
-  char path[4096], photo[4096];
-  snprintf(path, sizeof path, "%s/bench-%d.fcpack", dir, (int)getpid());
+  char path[2][4096], photo[4096];
+  snprintf(path[0], sizeof path[0], "%s/bench-%d.fcpack", dir, (int)getpid());
+  snprintf(path[1], sizeof path[1], "%s/bench-%d-presenter.fcpack", dir, (int)getpid());
   snprintf(photo, sizeof photo, "%s/bench-%d-photo.fcpack", dir, (int)getpid());
   size_t fb = (size_t)w * h * 3 / 2;
   uint8_t *dst = malloc(fb + CROP1 * CROP1 * 3);
   if (!dst) return fc_cli_fail(fc_error_set(FC_ENOMEM, "bench pack: out of memory"));
   memset(dst, 1, fb + CROP1 * CROP1 * 3);
   fc_pack *p = NULL;
+  static const char *const name[2] = {"every frame distinct", "presenter"};
 
   printf("avatar: %d frames of %dx%d (%zu bytes of I420 each), crops %d and %d\n", frames, w, h,
          fb, CROP0, CROP1);
+  for (int a = 0; a < 2; a++) {
+    double t = fc_cli_now();
+    if ((err = write_avatar(path[a], w, h, frames, a == 0 ? DISTINCT : PRESENTER))) goto fail;
+    printf("write, %s: %.2f s, %lld bytes\n", name[a], fc_cli_now() - t, file_bytes(path[a]));
+  }
   double t = fc_cli_now();
-  if ((err = write_avatar(path, w, h, frames, 0))) goto fail;
-  printf("write, every frame distinct: %.2f s, %lld bytes\n", fc_cli_now() - t, file_bytes(path));
-  t = fc_cli_now();
-  if ((err = write_avatar(photo, w, h, frames, 1))) goto fail;
+  if ((err = write_avatar(photo, w, h, frames, PHOTO))) goto fail;
   printf("write, one picture (a photo avatar): %.3f s, %lld bytes\n", fc_cli_now() - t,
          file_bytes(photo));
   unlink(photo);
 
-  double best = 1e9;
-  for (int k = 0; k < 20; k++) {
-    t = fc_cli_now();
-    p = fc_pack_open(path, &err);
-    t = fc_cli_now() - t;
-    if (!p) goto fail;
-    if (t < best) best = t;
-    fc_pack_close(p);
-  }
-  p = NULL;
-  printf("open (warm, best of 20): %.3f ms\n", best * 1e3);
-  for (int cold = 0; cold < 2; cold++) {
-    if (cold) drop_cache(path);
-    long long cached = cached_kb(path);
-    if (!(p = fc_pack_open(path, &err))) goto fail;
-    t = fc_cli_now();
-    if ((err = fc_pack_verify(p))) goto fail;
-    printf("verify, %s: %.3f s (%lld kB cached before)\n", cold ? "cold" : "warm",
-           fc_cli_now() - t, cached);
-    fc_pack_close(p);
+  for (int a = 0; a < 2; a++) {
+    printf("-- %s\n", name[a]);
+    double best = 1e9;
+    for (int k = 0; k < 20; k++) {
+      t = fc_cli_now();
+      p = fc_pack_open(path[a], &err);
+      t = fc_cli_now() - t;
+      if (!p) goto fail;
+      if (t < best) best = t;
+      fc_pack_close(p);
+    }
     p = NULL;
-  }
-
-  /* Runs alternate between the advices, so a slow spell of the disk hits each alike. */
-  static const struct {
-    const char *name;
-    int advice, random; /* random: one run only (it is slow) */
-  } adv[] = {{"MADV_NORMAL", MADV_NORMAL, 0}, {"MADV_SEQUENTIAL", MADV_SEQUENTIAL, 0},
-             {"MADV_RANDOM", MADV_RANDOM, 1}};
-  for (int what = 0; what < 2; what++) {
+    printf("open (warm, best of 20): %.3f ms\n", best * 1e3);
+    for (int cold = 0; cold < 2; cold++) {
+      if (cold) drop_cache(path[a]);
+      long long cached = cached_kb(path[a]);
+      if (!(p = fc_pack_open(path[a], &err))) goto fail;
+      t = fc_cli_now();
+      if ((err = fc_pack_verify(p))) goto fail;
+      printf("verify, %s: %.3f s (%lld kB cached before)\n", cold ? "cold" : "warm",
+             fc_cli_now() - t, cached);
+      fc_pack_close(p);
+      p = NULL;
+    }
+    /* Runs alternate between the readings, so a slow spell of the disk hits each alike. */
     double lo[3] = {1e9, 1e9, 1e9}, hi[3] = {0};
     for (int k = 0; k < runs; k++)
-      for (int a = 0; a < 3; a++) {
-        if (adv[a].random && (k > 0 || what == 1)) continue;
-        drop_cache(path);
-        double s = what ? crc_pass(path, adv[a].advice) : play(path, adv[a].advice, dst);
+      for (int m = 0; m < 3; m++) {
+        drop_cache(path[a]);
+        double s = m == 0 ? play(path[a], dst)
+                          : crc_pass(path[a], m == 1 ? MADV_NORMAL : MADV_SEQUENTIAL);
         if (s < 0) goto fail_open;
-        lo[a] = s < lo[a] ? s : lo[a];
-        hi[a] = s > hi[a] ? s : hi[a];
+        lo[m] = s < lo[m] ? s : lo[m];
+        hi[m] = s > hi[m] ? s : hi[m];
       }
-    for (int a = 0; a < 3; a++)
-      if (hi[a] > 0)
-        printf("%s, cold, %s: %.2f-%.2f s (%d run%s)\n",
-               what ? "whole-file CRC (verify's reading)" : "in-order pass over every frame "
-               "and crop (the engine's reading)", adv[a].name, lo[a], hi[a],
-               adv[a].random ? 1 : runs, adv[a].random || runs == 1 ? "" : "s");
+    printf("in-order pass assembling every frame and reading its crops (the engine's "
+           "reading), cold: %.2f-%.2f s (%d runs)\n", lo[0], hi[0], runs);
+    printf("whole-file CRC (verify's reading), cold, MADV_NORMAL: %.2f-%.2f s, MADV_SEQUENTIAL: "
+           "%.2f-%.2f s\n", lo[1], hi[1], lo[2], hi[2]);
+    play(path[a], dst);
+    double s = play(path[a], dst);
+    if (s < 0) goto fail_open;
+    printf("in-order pass, warm: %.3f s (%.0f us a frame)\n", s, s * 1e6 / frames);
+    if (a == 0) { /* what assembling costs against copying a contiguous frame */
+      if (!(p = fc_pack_open(path[a], &err))) goto fail;
+      /* 16 distinct frames to copy from, as many bytes as 16 of the pack's frames: neither
+       * source stays in the cache from one copy to the next */
+      uint8_t *whole = malloc(16 * fb);
+      if (!whole) {
+        err = fc_error_set(FC_ENOMEM, "bench pack: out of memory");
+        goto fail;
+      }
+      memset(whole, 3, 16 * fb);
+      double best_t = 1e9, best_m = 1e9;
+      for (int k = 0; k < 50; k++) {
+        t = fc_cli_now();
+        fc_pack_copy_i420(p, k % (frames < 16 ? frames : 16), dst);
+        double ct = fc_cli_now() - t;
+        t = fc_cli_now();
+        memcpy(dst, whole + (size_t)(k % 16) * fb, fb);
+        double m = fc_cli_now() - t;
+        best_t = ct < best_t ? ct : best_t;
+        best_m = m < best_m ? m : best_m;
+      }
+      free(whole);
+      fc_pack_close(p);
+      p = NULL;
+      printf("one frame, warm, best of 50: fc_pack_copy_i420 %.0f us, memcpy of a contiguous "
+             "frame %.0f us\n", best_t * 1e6, best_m * 1e6);
+    }
+    if ((err = shared_use(path[a], nproc, dst))) goto fail;
   }
-  play(path, -1, dst);
-  double s = play(path, -1, dst);
-  if (s < 0) goto fail_open;
-  printf("in-order pass over every frame and crop, warm: %.3f s (%.0f us a frame)\n", s,
-         s * 1e6 / frames);
-  if ((err = shared_use(path, nproc, dst))) goto fail;
-  unlink(path);
+  unlink(path[0]);
+  unlink(path[1]);
   free(dst);
   return FC_EXIT_OK;
 fail_open:
-  err = fc_error_set(FC_EIO, "bench pack: %s could not be reopened", path);
+  err = fc_error_set(FC_EIO, "bench pack: a pack could not be reopened");
 fail:
   fc_pack_close(p);
-  unlink(path);
+  unlink(path[0]);
+  unlink(path[1]);
   unlink(photo);
   free(dst);
   return fc_cli_fail(err);

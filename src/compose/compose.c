@@ -1,7 +1,8 @@
 /* CPU compositor (see compose.h): frame copy, then the patch rect converted to I420 (libyuv)
  * and blended into the frame's planes. Blending in YUV equals blending in RGB (the conversion
  * is affine) up to rounding and the 2×2 chroma subsampling of the mask, and needs no RGB copy of
- * the frame, so avatars kept only as I420 (memory-mapped packs) compose the same way. */
+ * the frame, so avatars kept only as I420 (memory-mapped packs) compose the same way. The frame
+ * copy is fc_avatar_copy_i420: a pack's frame is assembled from its tiles straight into dst. */
 #include "facecast/compose.h"
 #include "facecast/error.h"
 
@@ -16,8 +17,8 @@ int fc_compose_i420(const fc_avatar *av, int frame, const fc_patch *patch, uint8
                     uint8_t *scratch) {
   int w = fc_avatar_width(av), h = fc_avatar_height(av);
   size_t ysz = (size_t)w * h;
-  memcpy(dst, fc_avatar_frame_i420(av, frame), ysz * 3 / 2);
-  if (!patch) return FC_OK;
+  int err = fc_avatar_copy_i420(av, frame, dst);
+  if (err || !patch) return err;
   fc_rect r = patch->place;
   if (r.w <= 0 || r.h <= 0) return FC_OK;
   if (r.x < 0 || r.y < 0 || r.x + r.w > w || r.y + r.h > h || (r.x | r.y | r.w | r.h) & 1)

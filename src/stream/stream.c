@@ -10,6 +10,9 @@
  * tracker, one lip-sync call, then compositing into the ring.
  * Bounds: the FIFO holds at most max_pending samples (pushes beyond fail with FC_EAGAIN); the
  * ring holds one batch; phonemes and utterances are dropped once behind the head.
+ * Idle frames of a recorded avatar (and action clip frames) are assembled from the pack's tiles
+ * into one frame buffer of the stream's, allocated at creation for avatars that have such
+ * frames, so the idle path allocates nothing.
  */
 #include "facecast/audio.h"
 #include "facecast/compose.h"
@@ -71,6 +74,7 @@ struct fc_stream {
   float *mel_scratch;  /* 80 × 16 columns of a streamed frame */
 
   uint8_t *rest;       /* a one-frame avatar's rest picture, made on first use */
+  uint8_t *idle;       /* a recorded avatar's idle or clip frame, assembled per idle frame */
   int clip, clip_pos;  /* the action clip playing in idle time (-1: none), its next frame */
   int16_t silence[SPF];
 };
@@ -79,6 +83,7 @@ void fc_stream_destroy(fc_stream *s) {
   if (!s) return;
   for (int i = 0; s->i420 && i < s->batch; i++) free(s->i420[i]);
   free(s->rest);
+  free(s->idle);
   free(s->i420);
   free(s->pcm16);
   free(s->info);
@@ -121,8 +126,11 @@ fc_stream *fc_stream_create(const fc_stream_params *p, int *err) {
   s->patch_mem = malloc((size_t)s->batch * cap * 4 + 1);
   s->scratch = malloc(cap * 3 + 1);
   s->clip = -1;
+  if (fc_avatar_frame_count(s->av) > 1 || fc_avatar_clip_count(s->av) > 0)
+    s->idle = malloc(fsz);
   if (!s->i420 || !s->pcm16 || !s->info || !s->reqs || !s->patches || !s->patch_mem ||
-      !s->scratch)
+      !s->scratch || ((fc_avatar_frame_count(s->av) > 1 || fc_avatar_clip_count(s->av) > 0) &&
+                      !s->idle))
     goto oom;
   if (fc_lipsync_needs_mel(s->ls)) {
     if (!(s->mel = fc_mel_create(err))) goto fail;
@@ -369,16 +377,19 @@ int fc_stream_play_clip(fc_stream *s, int clip) {
 
 int fc_stream_clip_playing(const fc_stream *s) { return s->clip; }
 
-/* The next frame of the playing clip, with its audio (silence past its end). */
-static void clip_frame(fc_stream *s, const uint8_t **i420, const int16_t **pcm) {
+/* The next frame of the playing clip into s->idle, with its audio (silence past its end). */
+static int clip_frame(fc_stream *s, const uint8_t **i420, const int16_t **pcm) {
   int frames;
   const int16_t *a;
   size_t n;
   fc_avatar_clip_info(s->av, s->clip, &frames, &a, &n);
-  *i420 = fc_avatar_clip_i420(s->av, s->clip, s->clip_pos);
+  int err = fc_avatar_clip_copy_i420(s->av, s->clip, s->clip_pos, s->idle);
+  if (err) return err;
+  *i420 = s->idle;
   size_t at = (size_t)s->clip_pos * SPF;
   *pcm = a && at + SPF <= n ? a + at : s->silence;
   if (++s->clip_pos >= frames) s->clip = -1;
+  return FC_OK;
 }
 
 int fc_stream_idle_frame(fc_stream *s, fc_frame_info *info, const uint8_t **i420,
@@ -387,11 +398,14 @@ int fc_stream_idle_frame(fc_stream *s, fc_frame_info *info, const uint8_t **i420
     return fc_error_set(FC_EINVAL, "stream: idle frame requested while speech frames wait");
   int af = fc_avatar_frame_count(s->av);
   if (s->clip >= 0) {
-    clip_frame(s, i420, pcm);
+    int err = clip_frame(s, i420, pcm);
+    if (err) return err;
   } else if (af > 1) {
     /* A recorded avatar rests as recorded: its own frames, untouched (no lip-sync work and
-     * nothing cached per session, whatever the length). */
-    *i420 = fc_avatar_frame_i420(s->av, (int)s->next_index);
+     * nothing cached per session but the one frame they are assembled into). */
+    int err = fc_avatar_copy_i420(s->av, (int)s->next_index, s->idle);
+    if (err) return err;
+    *i420 = s->idle;
     *pcm = s->silence;
   } else {
     if (!s->rest) {
