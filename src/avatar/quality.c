@@ -125,6 +125,14 @@ typedef struct qstate {
 
 static _Thread_local qstate *tls_q;
 
+void fc_quality_thread_free(void) {
+  if (!tls_q) return;
+  free(tls_q->gcv);
+  free(tls_q->gdl);
+  free(tls_q);
+  tls_q = NULL;
+}
+
 int fc_quality_measure(const fc_face_models *m, const fc_image *img, fc_quality *q,
                        fc_rect *face_out, fc_point *pts_out) {
   if (!tls_q && !(tls_q = calloc(1, sizeof *tls_q))) return 0;

@@ -550,5 +550,6 @@ done:
   free(j.t.face);
   free(j.t.pts);
   fc_face_models_free(&own);
+  fc_quality_thread_free();
   return err;
 }

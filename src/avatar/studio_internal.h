@@ -11,4 +11,8 @@
 int fc_quality_measure(const fc_face_models *m, const fc_image *img, fc_quality *q, fc_rect *face,
                        fc_point *pts);
 
+/* Frees this thread's measuring buffers (they are kept between frames of a job; a job ends
+ * with this, so worker threads do not leak them). */
+void fc_quality_thread_free(void);
+
 #endif
