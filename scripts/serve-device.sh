@@ -6,7 +6,7 @@
 #          cascade, espeak-ng's English data and the default portrait into build-serve-dev/
 #          (git-ignored)
 #   there: run tool, carry ["build-serve-dev"], command `bash build-serve-dev/serve-device.sh run
-#          [SESSIONS] [SOLO_SESSIONS]`: generates a full-size random-weight checkpoint, then runs
+#          [SESSIONS] [SOLO_SESSIONS|""] [X264_PRESET]`: generates a full-size random-weight checkpoint, then runs
 #          bench serve with cross-session batching and with each session batching alone
 #          (--solo); JSON, Markdown and SVG under $OUT
 set -u
@@ -36,10 +36,11 @@ run)
   timeout 100 python3 tools/gen_wav2lip_golden.py --width 1 --batch 1 --out /tmp/full >"$OUT/gen.log" 2>&1
   F=$X/facecast CK=/tmp/full/ckpt_zip.pth AV=$X/share/astronaut.png
   (nvidia-smi dmon -s um -d 1 >"$OUT/dmon.log" 2>&1 &)
-  timeout 260 $F bench serve --model wav2lip --checkpoint $CK --device cuda --avatar $AV \
-    --sessions "${2:-16,32,64,96,128}" --seconds 6 --out "$OUT/serve_cross" 2>&1 | tail -9
-  timeout 170 $F bench serve --model wav2lip --checkpoint $CK --device cuda --avatar $AV \
-    --sessions "${3:-8,16,32,64}" --seconds 6 --solo --out "$OUT/serve_solo" 2>&1 | tail -7
+  P=${4:-superfast}
+  timeout 260 $F bench serve --model wav2lip --checkpoint $CK --device cuda --avatar $AV --preset $P \
+    --sessions "${2:-16,32,64,96,128}" --seconds 6 --out "$OUT/serve_cross_$P" 2>&1 | tail -9
+  [ -n "${3:-}" ] && timeout 170 $F bench serve --model wav2lip --checkpoint $CK --device cuda --avatar $AV \
+    --preset $P --sessions "$3" --seconds 6 --solo --out "$OUT/serve_solo_$P" 2>&1 | tail -7
   pkill nvidia-smi; date -u ;;
 *) echo "usage: $0 pack|run" >&2; exit 2 ;;
 esac

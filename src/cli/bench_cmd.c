@@ -26,7 +26,7 @@ static void bench_usage(FILE *f) {
         "       facecast bench serve [--sessions N[,N...]] [--seconds S] [--talking FRACTION]\n"
         "                            [--size N|WxH] [--avatar IMG|PACK] [--json] [--out PREFIX]\n"
         "                            [--model parametric|wav2lip --checkpoint FILE]\n"
-        "                            [--device cpu|cuda[:N]] [--solo]\n"
+        "                            [--device cpu|cuda[:N]] [--solo] [--preset X264_PRESET]\n"
         "       facecast bench model --checkpoint FILE [--device cpu|cuda] [--dtype fp32|fp16|bf16]\n"
         "                            [--batches 1,4,8,16,...] [--seconds S] [--json]\n"
         "       facecast bench pack [--frames N] [--size WxH] [--processes P] [--runs R]\n"
@@ -113,7 +113,8 @@ static int bench_serve(int argc, char **argv) {
       {"avatar", required_argument, 0, 'a'},   {"json", no_argument, 0, 'j'},
       {"model", required_argument, 0, 'm'},    {"device", required_argument, 0, 'd'},
       {"checkpoint", required_argument, 0, 'c'}, {"solo", no_argument, 0, 'o'},
-      {"out", required_argument, 0, 'O'},      {"help", no_argument, 0, 'h'},
+      {"out", required_argument, 0, 'O'},      {"preset", required_argument, 0, 'P'},
+      {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   const char *list = "1,2,4,8,12,16,20,24,28,32", *outp = NULL;
   double seconds = 10, talking = 1.0;
@@ -148,6 +149,7 @@ static int bench_serve(int argc, char **argv) {
     case 'c': sp.checkpoint = optarg; break;
     case 'o': sp.solo_batches = 1; break;
     case 'O': outp = optarg; break;
+    case 'P': sp.x264_preset = optarg; break;
     case 'h': bench_usage(stdout); return FC_EXIT_OK;
     default: bench_usage(stderr); return FC_EXIT_INPUT;
     }
@@ -167,9 +169,10 @@ static int bench_serve(int argc, char **argv) {
   const char *model = sp.model ? sp.model : "parametric", *device = sp.device ? sp.device : "cpu";
   const char *mode = sp.solo_batches ? "solo" : "cross-session";
   if (!json)
-    printf("bench serve: %dx%d, %s on %s, %s batches, %.0f %% talking, %.0f s per point\n"
+    printf("bench serve: %dx%d, %s on %s, %s batches, x264 %s, %.0f %% talking, %.0f s per point\n"
            "sessions  final fps  p50 late ms  p99 late ms  CPU/session  batch  dropped  holds\n",
-           sp.width, sp.height, model, device, mode, talking * 100, seconds);
+           sp.width, sp.height, model, device, mode, sp.x264_preset ? sp.x264_preset : "superfast",
+           talking * 100, seconds);
   int best = 0;
   for (int i = 0; i < nc; i++) {
     fc_serve_bench r;

@@ -277,6 +277,7 @@ static void start_session(fc_server *srv, SoupServerMessage *msg, const char *sd
                        .sample_rate = FC_SAMPLE_RATE,
                        .stun_server = srv->p.stun_server,
                        .turn_server = srv->p.turn_server,
+                       .x264_preset = srv->p.x264_preset,
                        .on_state = on_state,
                        .user = s};
   /* The callbacks hold no reference: they only run while the output exists, and the session

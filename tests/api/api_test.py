@@ -279,6 +279,8 @@ def avatar_tasks(c):
 
 
 def main():
+    r = subprocess.run([BIN, "serve", "--port", "0", "--preset", "bogus"], capture_output=True, text=True, timeout=30)
+    check(r.returncode == 2 and r.stderr.count("\n") == 1 and "bogus" in r.stderr, "serve --preset bogus: one line, exit 2")
     proc, port = start_server("--max-sessions", "3")
     c = Client(port)
     try:
