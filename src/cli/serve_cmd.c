@@ -12,7 +12,7 @@
 static void serve_usage(FILE *f) {
   fputs("usage: facecast serve [--port 8010] [--host ADDR] [--avatar IMG] [--size N|WxH]\n"
         "                      [--max-sessions N] [--stun URL] [--turn URL] [--model NAME]\n"
-        "                      [--checkpoint FILE] [--device D] [--web DIR] [--record-dir DIR]\n"
+        "                      [--checkpoint FILE] [--device D[,D...]] [--web DIR] [--record-dir DIR]\n"
         "                      [--preset X264_PRESET]\n"
         "                      [--quiet]\n"
         "\n"
@@ -29,6 +29,8 @@ int fc_cmd_serve(int argc, char **argv) {
                                        {"stun", required_argument, 0, 'S'},
                                        {"turn", required_argument, 0, 'T'},
                                        {"model", required_argument, 0, 'M'},
+                                       {"checkpoint", required_argument, 0, 'c'},
+                                       {"device", required_argument, 0, 'd'},
                                        {"web", required_argument, 0, 'w'},
                                        {"record-dir", required_argument, 0, 'r'},
                                        {"quiet", no_argument, 0, 'q'},

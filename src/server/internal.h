@@ -44,6 +44,8 @@ extern const double fc_late_bounds_ms[FC_LATE_BUCKETS];
 
 typedef struct fc_session fc_session;
 
+#define FC_SERVER_MAX_DEVICES 16
+
 typedef struct fc_server {
   fc_server_params p;
   GMainContext *ctx;
@@ -61,9 +63,15 @@ typedef struct fc_server {
   fc_sched *sched;           /* NULL with solo_batches: then solo_lock serialises backend calls */
   GMutex solo_lock;
   uint64_t solo_calls, solo_frames;
-  fc_lipsync_req *b_reqs;
-  fc_patch *b_patches;
-  int b_cap;
+  /* One backend per compute device ("--device cuda:0,cuda:1"); lipsync is devs[0]'s. The
+   * scheduler places each session on the least-loaded device; its run callback calls that
+   * device's backend through these arrays (max batch long). */
+  struct fc_server_device {
+    fc_lipsync *ls;
+    fc_lipsync_req *b_reqs;
+    fc_patch *b_patches;
+  } devs[FC_SERVER_MAX_DEVICES];
+  int n_devs, b_cap;
 
   GMutex lock;            /* sessions table */
   GHashTable *sessions;   /* id → fc_session* (one reference) */

@@ -90,22 +90,26 @@ void fc_metrics_render(fc_server *srv, GString *o) {
   g_string_append_len(o, per->str, (gssize)per->len);
   g_string_free(per, TRUE);
   fc_sched_stats st;
-  if (srv->sched && fc_sched_stats_get(srv->sched, 0, &st) == 0)
+  for (int k = 0; srv->sched && k < srv->n_devs; k++) {
+    if (fc_sched_stats_get(srv->sched, k, &st) != 0) continue;
+    if (k == 0)
+      g_string_append(o, "# HELP facecast_sched_batches_total Lip-sync batches the device scheduler ran.\n"
+                         "# TYPE facecast_sched_batches_total counter\n");
     g_string_append_printf(
         o,
-        "# HELP facecast_sched_batches_total Lip-sync batches the device scheduler ran.\n"
-        "# TYPE facecast_sched_batches_total counter\n"
-        "facecast_sched_batches_total{device=\"0\"} %llu\n"
-        "facecast_sched_frames_total{device=\"0\"} %llu\n"
-        "facecast_sched_late_total{device=\"0\"} %llu\n"
-        "facecast_sched_oom_retries_total{device=\"0\"} %llu\n"
-        "facecast_sched_rejected_total{device=\"0\"} %llu\n"
-        "# HELP facecast_sched_mean_batch Frames per batch.\n"
-        "facecast_sched_mean_batch{device=\"0\"} %.2f\n"
-        "facecast_sched_batch_ms_p95{device=\"0\"} %.3f\n"
-        "facecast_sched_batch_limit{device=\"0\"} %d\n"
-        "facecast_sched_queued{device=\"0\"} %d\n",
-        (unsigned long long)st.batches, (unsigned long long)st.frames,
-        (unsigned long long)st.late, (unsigned long long)st.oom_retries,
-        (unsigned long long)st.rejected, st.mean_batch, st.p95_ms, st.limit, st.queued);
+        "facecast_sched_batches_total{device=\"%d\"} %llu\n"
+        "facecast_sched_frames_total{device=\"%d\"} %llu\n"
+        "facecast_sched_late_total{device=\"%d\"} %llu\n"
+        "facecast_sched_oom_retries_total{device=\"%d\"} %llu\n"
+        "facecast_sched_rejected_total{device=\"%d\"} %llu\n"
+        "facecast_sched_mean_batch{device=\"%d\"} %.2f\n"
+        "facecast_sched_batch_ms_p95{device=\"%d\"} %.3f\n"
+        "facecast_sched_batch_limit{device=\"%d\"} %d\n"
+        "facecast_sched_queued{device=\"%d\"} %d\n"
+        "facecast_sched_live_clients{device=\"%d\"} %d\n",
+        k, (unsigned long long)st.batches, k, (unsigned long long)st.frames, k,
+        (unsigned long long)st.late, k, (unsigned long long)st.oom_retries, k,
+        (unsigned long long)st.rejected, k, st.mean_batch, k, st.p95_ms, k, st.limit, k, st.queued,
+        k, st.live_clients);
+  }
 }

@@ -20,17 +20,16 @@ static gint job_order(gconstpointer a, gconstpointer b, gpointer user) {
 
 /* The scheduler's device: a batch of requests from any sessions, run as one backend call. */
 static int device_run(void *user, fc_sched_req *const *reqs, int n) {
-  fc_server *srv = user;
-  if (n > srv->b_cap) return fc_error_set(FC_EINVAL, "scheduler: batch %d over %d", n, srv->b_cap);
+  struct fc_server_device *d = user;
   for (int i = 0; i < n; i++) {
     const fc_lipsync_work *w = reqs[i]->payload;
-    srv->b_reqs[i] = *w->req;
-    srv->b_patches[i] = *w->patch; /* the session's buffers; the backend fills them */
+    d->b_reqs[i] = *w->req;
+    d->b_patches[i] = *w->patch; /* the session's buffers; the backend fills them */
   }
-  int err = fc_lipsync_run(srv->lipsync, srv->b_reqs, srv->b_patches, n);
+  int err = fc_lipsync_run(d->ls, d->b_reqs, d->b_patches, n);
   for (int i = 0; i < n && !err; i++) {
     const fc_lipsync_work *w = reqs[i]->payload;
-    *w->patch = srv->b_patches[i];
+    *w->patch = d->b_patches[i];
   }
   return err;
 }
@@ -40,10 +39,13 @@ int fc_server_sched_start(fc_server *srv) {
    * their batches stay as large as the sessions make them without waiting for others. */
   int gpu = srv->p.device && strncmp(srv->p.device, "cuda", 4) == 0;
   srv->b_cap = gpu ? 64 : 16;
-  srv->b_reqs = g_new0(fc_lipsync_req, srv->b_cap);
-  srv->b_patches = g_new0(fc_patch, srv->b_cap);
-  fc_sched_device dev = {.user = srv, .run = device_run};
-  fc_sched_params sp = {.devices = &dev, .n_devices = 1, .max_batch = srv->b_cap,
+  fc_sched_device dev[FC_SERVER_MAX_DEVICES];
+  for (int k = 0; k < srv->n_devs; k++) {
+    srv->devs[k].b_reqs = g_new0(fc_lipsync_req, srv->b_cap);
+    srv->devs[k].b_patches = g_new0(fc_patch, srv->b_cap);
+    dev[k] = (fc_sched_device){.user = &srv->devs[k], .run = device_run};
+  }
+  fc_sched_params sp = {.devices = dev, .n_devices = srv->n_devs, .max_batch = srv->b_cap,
                         .queue_cap = 4 * srv->b_cap > 256 ? 4 * srv->b_cap : 256,
                         .client_queue = 16, .gather_ms = gpu ? 2 : -1};
   int err;
@@ -102,9 +104,25 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
     srv->avatar = fc_avatar_create_from_image(srv->p.avatar ? srv->p.avatar : fc_avatar_default_path(),
                                               &ap, err);
   if (!srv->avatar) goto fail;
-  fc_lipsync_params lp = {.model = srv->p.model, .checkpoint = srv->p.checkpoint,
-                          .device = srv->p.device};
-  if (!(srv->lipsync = fc_lipsync_create(&lp, err))) goto fail;
+  /* --device A,B,...: one backend per device (the same model on each) */
+  gchar **names = g_strsplit(srv->p.device ? srv->p.device : "cpu", ",", -1);
+  for (int k = 0; names[k]; k++) {
+    if (k >= FC_SERVER_MAX_DEVICES || !*names[k]) {
+      *err = fc_error_set(FC_EINVAL, "--device '%s': 1 to %d devices, comma-separated",
+                          srv->p.device, FC_SERVER_MAX_DEVICES);
+      g_strfreev(names);
+      goto fail;
+    }
+    fc_lipsync_params lp = {.model = srv->p.model, .checkpoint = srv->p.checkpoint,
+                            .device = names[k]};
+    if (!(srv->devs[k].ls = fc_lipsync_create(&lp, err))) {
+      g_strfreev(names);
+      goto fail;
+    }
+    srv->n_devs = k + 1;
+  }
+  g_strfreev(names);
+  srv->lipsync = srv->devs[0].ls;
   g_mutex_init(&srv->solo_lock);
   if (!srv->p.solo_batches && (*err = fc_server_sched_start(srv))) goto fail;
 
@@ -209,9 +227,11 @@ void fc_server_destroy(fc_server *srv) {
   if (srv->sessions) g_hash_table_destroy(srv->sessions);
   fc_sched_destroy(srv->sched); /* the sessions (its clients) are gone */
   g_mutex_clear(&srv->solo_lock);
-  g_free(srv->b_reqs);
-  g_free(srv->b_patches);
-  fc_lipsync_destroy(srv->lipsync);
+  for (int k = 0; k < srv->n_devs; k++) {
+    g_free(srv->devs[k].b_reqs);
+    g_free(srv->devs[k].b_patches);
+    fc_lipsync_destroy(srv->devs[k].ls);
+  }
   fc_avatar_destroy(srv->avatar);
   g_free(srv->web_dir);
   g_free(srv->record_dir);

@@ -46,7 +46,7 @@ static int solo_lipsync(void *session, const fc_lipsync_req *reqs, fc_patch *out
                         const fc_frame_info *info, int n) {
   fc_server *srv = ((fc_session *)session)->srv;
   g_mutex_lock(&srv->solo_lock);
-  int err = fc_lipsync_run(srv->lipsync, reqs, out, n);
+  int err = fc_lipsync_run(srv->lipsync, reqs, out, n); /* solo runs use the first device */
   srv->solo_calls++, srv->solo_frames += (uint64_t)n;
   g_mutex_unlock(&srv->solo_lock);
   (void)info;

@@ -471,6 +471,47 @@ def main():
             proc.kill()
             rc = -9
     check(rc == 0, "server exits cleanly on SIGTERM (rc %s)" % rc)
+    # two compute devices (two CPU backends here): sessions are spread over them
+    proc, port = start_server("--device", "cpu,cpu", "--max-sessions", "4")
+    c = Client(port)
+    sids = []
+    for _ in range(2):
+        st, js, _, _ = c.post("/offer", {"sdp": offer_sdp(), "type": "offer"})
+        if st == 200:
+            sids.append(js["sessionid"])
+    for sid in sids:
+        c.post("/human", {"sessionid": sid, "text": "Two devices share the sessions.", "type": "echo"})
+    time.sleep(1.5)
+    st, _, body, _ = c.req("GET", "/metrics")
+    text = body.decode()
+    per = [int(m) for m in re.findall(r'facecast_sched_live_clients\{device="(?:0|1)"\} (\d+)', text)]
+    frames = [int(m) for m in re.findall(r'facecast_sched_frames_total\{device="(?:0|1)"\} (\d+)', text)]
+    check(len(sids) == 2 and per == [1, 1] and len(frames) == 2 and min(frames) > 0,
+          "two devices: one session each, both ran frames (%s, %s)" % (per, frames))
+    st, js, _, _ = c.req("GET", "/healthz")
+    check(st == 200, "two-device server healthy")
+    proc.terminate()
+    check(proc.wait(15) == 0, "two-device server exits cleanly")
+    # the neural backend behind serve (the small width-16 test network, on the CPU)
+    ckpt = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "wav2lip", "ckpt_zip.pth")
+    proc, port = start_server("--model", "wav2lip", "--checkpoint", ckpt, "--device", "cpu")
+    c = Client(port)
+    st, js, _, _ = c.post("/offer", {"sdp": offer_sdp(), "type": "offer"})
+    if st == 200:
+        c.post("/human", {"sessionid": js["sessionid"], "text": "Wav2Lip speaks.", "type": "echo"})
+    time.sleep(1.5)
+    st, _, body, _ = c.req("GET", "/metrics")
+    m = re.search(r'facecast_sched_frames_total\{device="0"\} (\d+)', body.decode())
+    st2, js2, _, _ = c.req("GET", "/healthz")
+    check(m is not None and int(m.group(1)) > 0 and js2["data"]["model"] == "wav2lip",
+          "serve --model wav2lip --checkpoint: frames made (%s)" % (m.group(1) if m else None))
+    proc.terminate()
+    check(proc.wait(15) == 0, "wav2lip server exits cleanly")
+    r = subprocess.run([BIN, "serve", "--port", "0", "--model", "wav2lip", "--checkpoint", "/no/such.pth"],
+                       capture_output=True, text=True, timeout=30)
+    check(r.returncode == 2 and r.stderr.count("\n") == 1, "serve with a missing checkpoint: one line, exit 2")
+    r = subprocess.run([BIN, "serve", "--port", "0", "--device", "cpu,,cpu"], capture_output=True, text=True, timeout=30)
+    check(r.returncode == 2 and "--device" in r.stderr, "serve --device with an empty name: exit 2")
     # a server whose avatar is the pack made above
     if os.path.exists(os.path.join(DATA_DIR, "avatars", "astro.fcpack")):
         proc, port = start_server("--avatar", "astro")
