@@ -37,7 +37,7 @@ run)
   F=$X/facecast CK=/tmp/full/ckpt_zip.pth AV=$X/share/astronaut.png
   (nvidia-smi dmon -s um -d 1 >"$OUT/dmon.log" 2>&1 &)
   P=${4:-superfast}
-  timeout 260 $F bench serve --model wav2lip --checkpoint $CK --device cuda --avatar $AV --preset $P \
+  timeout 260 $F bench serve --model wav2lip --checkpoint $CK --device ${DEV:-cuda} --avatar $AV --preset $P \
     --sessions "${2:-16,32,64,96,128}" --seconds 6 --out "$OUT/serve_cross_$P" 2>&1 | tail -9
   [ -n "${3:-}" ] && timeout 170 $F bench serve --model wav2lip --checkpoint $CK --device cuda --avatar $AV \
     --preset $P --sessions "$3" --seconds 6 --solo --out "$OUT/serve_solo_$P" 2>&1 | tail -7
