@@ -277,6 +277,9 @@ int main(void) {
     fprintf(stderr, "setup failed: %s\n", fc_error_detail(err));
     return 1;
   }
+  double frac = -1;
+  FC_CHECK_INT(fc_lipsync_memory_used(ls, &frac), ==, FC_EUNSUPPORTED); /* a CPU backend */
+  FC_CHECK(frac == -1);
   FC_RUN(test_viseme_table);
   FC_RUN(test_tracker_audio);
   FC_RUN(test_tracker_phonemes);

@@ -473,6 +473,8 @@ static void test_u8_cpu(void) {
   FC_CHECK_INT(fc_w2l_run_resident(m, n), ==, FC_OK);
   FC_CHECK_INT(fc_w2l_run_resident(m, n + 1), ==, FC_EINVAL);
   FC_CHECK(fc_w2l_device_bytes(m) == 0);
+  size_t fr, tot;
+  FC_CHECK_INT(fc_w2l_device_memory(m, &fr, &tot), ==, FC_EUNSUPPORTED);
   free(crops), free(o8), free(o8b), free(faces), free(out);
   fc_w2l_destroy(m);
 }
@@ -562,6 +564,9 @@ static void cuda_case(int dtype) {
   FC_CHECK_INT(fc_w2l_run_resident(m, NB), ==, FC_OK);
   FC_CHECK_INT(fc_w2l_infer_u8(m, mel, crops, o8, NB), ==, FC_OK);
   FC_CHECK_INT(max_byte_diff(o8, out, NB), <=, 1);
+  size_t fr = 0, tot = 0;
+  FC_CHECK_INT(fc_w2l_device_memory(m, &fr, &tot), ==, FC_OK);
+  FC_CHECK(tot > 0 && fr <= tot);
   size_t dev = fc_w2l_device_bytes(m);
   fprintf(stderr, "  cuda %s device memory %.1f MiB\n", dtype_name(dtype), dev / 1048576.0);
   FC_CHECK(dev > 0);

@@ -58,6 +58,10 @@ size_t fc_lipsync_patch_capacity(fc_lipsync *ls, const fc_avatar *av);
 /* Runs a batch of n requests, writing out[i] for reqs[i]. Returns 0 or a negative error. */
 int fc_lipsync_run(fc_lipsync *ls, const fc_lipsync_req *reqs, fc_patch *out, int n);
 
+/* The used fraction of the memory of the device the backend runs on, for the scheduler's
+ * headroom rule: 0 and *fraction set, or FC_EUNSUPPORTED (CPU backends). Any thread. */
+int fc_lipsync_memory_used(fc_lipsync *ls, double *fraction);
+
 #ifdef __cplusplus
 }
 #endif

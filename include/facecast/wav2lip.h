@@ -87,6 +87,10 @@ int fc_w2l_run_resident(fc_w2l *m, int batch);
  * bytes; 0 on the CPU. */
 size_t fc_w2l_device_bytes(const fc_w2l *m);
 
+/* Free and total memory of the model's GPU right now (cudaMemGetInfo), for schedulers that
+ * size batches by headroom. FC_EUNSUPPORTED on the CPU. */
+int fc_w2l_device_memory(const fc_w2l *m, size_t *free_bytes, size_t *total_bytes);
+
 void fc_w2l_destroy(fc_w2l *m);
 
 #ifdef __cplusplus

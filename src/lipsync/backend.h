@@ -12,6 +12,8 @@ typedef struct fc_lipsync_backend {
   void (*destroy)(void *state);
   size_t (*patch_capacity)(void *state, const fc_avatar *av);
   int (*run)(void *state, const fc_lipsync_req *reqs, fc_patch *out, int n);
+  /* Optional: the used fraction of the device memory the backend runs in (GPUs). */
+  int (*memory_used)(void *state, double *fraction);
 } fc_lipsync_backend;
 
 extern const fc_lipsync_backend fc_lipsync_parametric;

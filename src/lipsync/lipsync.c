@@ -51,3 +51,10 @@ int fc_lipsync_run(fc_lipsync *ls, const fc_lipsync_req *reqs, fc_patch *out, in
   if (n < 0 || (n > 0 && (!reqs || !out))) return fc_error_set(FC_EINVAL, "lipsync: bad batch");
   return n ? ls->be->run(ls->state, reqs, out, n) : FC_OK;
 }
+
+int fc_lipsync_memory_used(fc_lipsync *ls, double *fraction) {
+  if (!ls || !fraction) return fc_error_set(FC_EINVAL, "lipsync: bad arguments");
+  if (!ls->be->memory_used)
+    return fc_error_set(FC_EUNSUPPORTED, "lipsync: %s runs on the CPU", ls->be->name);
+  return ls->be->memory_used(ls->state, fraction);
+}

@@ -235,6 +235,15 @@ static int w2l_run(void *p, const fc_lipsync_req *reqs, fc_patch *out, int n) {
   return FC_OK;
 }
 
+static int w2l_memory_used(void *p, double *fraction) {
+  w2l_state *st = p;
+  size_t fr = 0, total = 0;
+  int err = fc_w2l_device_memory(st->net, &fr, &total);
+  if (err) return err;
+  *fraction = total ? 1.0 - (double)fr / total : 0;
+  return FC_OK;
+}
+
 const fc_lipsync_backend fc_lipsync_wav2lip = {
     .name = "wav2lip",
     .needs_mel = 1,
@@ -242,4 +251,5 @@ const fc_lipsync_backend fc_lipsync_wav2lip = {
     .destroy = w2l_destroy,
     .patch_capacity = w2l_capacity,
     .run = w2l_run,
+    .memory_used = w2l_memory_used,
 };

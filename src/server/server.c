@@ -34,6 +34,12 @@ static int device_run(void *user, fc_sched_req *const *reqs, int n) {
   return err;
 }
 
+/* The headroom rule's probe: the device backend's memory (GPUs; CPU backends have none). */
+static int device_memory(void *user, double *frac) {
+  struct fc_server_device *d = user;
+  return fc_lipsync_memory_used(d->ls, frac);
+}
+
 int fc_server_sched_start(fc_server *srv) {
   /* A GPU backend gains from batches across sessions; the CPU backends cost per frame, so
    * their batches stay as large as the sessions make them without waiting for others. */
@@ -43,7 +49,8 @@ int fc_server_sched_start(fc_server *srv) {
   for (int k = 0; k < srv->n_devs; k++) {
     srv->devs[k].b_reqs = g_new0(fc_lipsync_req, srv->b_cap);
     srv->devs[k].b_patches = g_new0(fc_patch, srv->b_cap);
-    dev[k] = (fc_sched_device){.user = &srv->devs[k], .run = device_run};
+    dev[k] = (fc_sched_device){.user = &srv->devs[k], .run = device_run,
+                               .mem_used_fraction = gpu ? device_memory : NULL};
   }
   fc_sched_params sp = {.devices = dev, .n_devices = srv->n_devs, .max_batch = srv->b_cap,
                         .queue_cap = 4 * srv->b_cap > 256 ? 4 * srv->b_cap : 256,

@@ -542,4 +542,4 @@ out:
   return err;
 }
 
-const w2l_backend fc_w2l_backend_dnnl = {"cpu", dn_create, dn_destroy, dn_prepare, dn_run_op, NULL, NULL};
+const w2l_backend fc_w2l_backend_dnnl = {"cpu", dn_create, dn_destroy, dn_prepare, dn_run_op, NULL, NULL, NULL};

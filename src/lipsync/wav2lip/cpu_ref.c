@@ -110,4 +110,4 @@ static int ref_run_op(void *state, const fc_w2l *m, int i, int batch) {
 }
 
 const w2l_backend fc_w2l_backend_ref = {"cpu-ref", ref_create, ref_destroy, ref_prepare,
-                                        ref_run_op, NULL, NULL};
+                                        ref_run_op, NULL, NULL, NULL};

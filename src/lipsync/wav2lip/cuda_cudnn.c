@@ -262,6 +262,13 @@ static void note_memory(cstate *s) {
 
 static size_t cuda_device_bytes(void *state) { return ((cstate *)state)->peak; }
 
+static int cuda_device_memory(void *state, size_t *free_bytes, size_t *total_bytes) {
+  cstate *s = state;
+  CU(cudaSetDevice(s->dev), "cudaSetDevice"); /* the calling thread may not have it current */
+  CU(cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo");
+  return FC_OK;
+}
+
 static int create_inner(cstate *s, const fc_w2l *m) {
   const char *ev;
   int n = 0;
@@ -738,5 +745,5 @@ static int cuda_run_op(void *state, const fc_w2l *m, int op, int batch) {
   return fc_error_set(FC_EUNSUPPORTED, "wav2lip cuda: runs whole batches only");
 }
 
-const w2l_backend fc_w2l_backend_cudnn = {"cuda",      cuda_create, cuda_destroy,     cuda_prepare,
-                                          cuda_run_op, cuda_infer,  cuda_device_bytes};
+const w2l_backend fc_w2l_backend_cudnn = {"cuda",      cuda_create, cuda_destroy,      cuda_prepare,
+                                          cuda_run_op, cuda_infer,  cuda_device_bytes, cuda_device_memory};

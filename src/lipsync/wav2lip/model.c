@@ -616,6 +616,13 @@ int fc_w2l_run_resident(fc_w2l *m, int batch) {
   return run(m, W2L_IO_RESIDENT, NULL, NULL, NULL, batch, NULL, NULL);
 }
 
+int fc_w2l_device_memory(const fc_w2l *m, size_t *free_bytes, size_t *total_bytes) {
+  if (!m || !free_bytes || !total_bytes) return fc_error_set(FC_EINVAL, "wav2lip: bad arguments");
+  if (!m->be || !m->be->device_memory)
+    return fc_error_set(FC_EUNSUPPORTED, "wav2lip: device %s has no device memory", m->be ? m->be->name : "?");
+  return m->be->device_memory(m->bstate, free_bytes, total_bytes);
+}
+
 size_t fc_w2l_device_bytes(const fc_w2l *m) {
   return m && m->be && m->be->device_bytes ? m->be->device_bytes(m->bstate) : 0;
 }

@@ -88,6 +88,8 @@ struct w2l_backend {
                int batch);
   /* Optional: device memory held at the peak so far (fc_w2l_device_bytes). */
   size_t (*device_bytes)(void *state);
+  /* Optional: the device's free and total memory now (fc_w2l_device_memory). */
+  int (*device_memory)(void *state, size_t *free_bytes, size_t *total_bytes);
 };
 
 /* What infer() moves: float NCHW tensors (in = faces, out = sigmoid output), RGB byte crops
