@@ -68,7 +68,7 @@ int fc_server_bench(const fc_server_params *p, int sessions, int talking, double
   b.s = g_new0(fc_session *, sessions);
   if ((err = fc_tts_speak(paragraph, NULL, &b.sp))) goto done;
   for (int i = 0; i < sessions; i++) {
-    if (!(b.s[i] = fc_session_new(srv, &err))) goto done;
+    if (!(b.s[i] = fc_session_new(srv, srv->avatar, &err))) goto done;
     fc_live_params lp = {.kind = FC_LIVE_NULL,
                          .width = fc_avatar_width(srv->avatar),
                          .height = fc_avatar_height(srv->avatar),

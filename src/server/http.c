@@ -260,9 +260,10 @@ static gboolean connect_timeout(gpointer data) {
 }
 
 /* Creates a session for an SDP offer and pauses msg until the answer is ready. */
-static void start_session(fc_server *srv, SoupServerMessage *msg, const char *sdp, int whep) {
+static void start_session(fc_server *srv, SoupServerMessage *msg, const char *sdp, int whep,
+                          fc_avatar *av) {
   int err;
-  fc_session *s = fc_session_new(srv, &err);
+  fc_session *s = fc_session_new(srv, av, &err);
   if (!s) {
     fc_http_error(msg, status_of(err), "%s", fc_error_detail(err));
     return;
@@ -271,8 +272,8 @@ static void start_session(fc_server *srv, SoupServerMessage *msg, const char *sd
   s->offer_msg = g_object_ref(msg);
   soup_server_message_pause(msg);
   fc_live_params lp = {.kind = FC_LIVE_WEBRTC,
-                       .width = fc_avatar_width(srv->avatar),
-                       .height = fc_avatar_height(srv->avatar),
+                       .width = fc_avatar_width(s->avatar),
+                       .height = fc_avatar_height(s->avatar),
                        .fps = FC_FPS,
                        .sample_rate = FC_SAMPLE_RATE,
                        .stun_server = srv->p.stun_server,
@@ -318,11 +319,12 @@ static void h_offer(SoupServer *server, SoupServerMessage *msg, const char *path
         av && JSON_NODE_HOLDS_VALUE(av) && json_node_get_value_type(av) == G_TYPE_STRING
             ? json_node_get_string(av)
             : NULL;
-    const char *mine = fc_avatar_id(srv->avatar);
-    if (avname && *avname && strcmp(avname, "default") != 0 && strcmp(avname, mine) != 0)
-      fc_http_error(msg, 404, "unknown avatar '%s' (this server has: %s)", avname, mine);
+    int err = 0;
+    fc_avatar *a = fc_server_avatar_get(srv, avname, &err);
+    if (!a)
+      fc_http_error(msg, err == FC_ENOTFOUND ? 404 : 400, "%s", fc_error_detail(err));
     else
-      start_session(srv, msg, sdp, 0);
+      start_session(srv, msg, sdp, 0, a);
   }
   g_object_unref(jp);
 }
@@ -357,7 +359,12 @@ static void h_whep(SoupServer *server, SoupServerMessage *msg, const char *path,
   const char *d = g_bytes_get_data(b, &n);
   char *sdp = g_strndup(d, n);
   g_bytes_unref(b);
-  start_session(srv, msg, sdp, 1);
+  int err = 0; /* WHEP has no body for options: the avatar comes as ?avatar=ID */
+  fc_avatar *a = fc_server_avatar_get(srv, query_get(q, "avatar"), &err);
+  if (!a)
+    fc_http_error(msg, err == FC_ENOTFOUND ? 404 : 400, "%s", fc_error_detail(err));
+  else
+    start_session(srv, msg, sdp, 1, a);
   g_free(sdp);
 }
 
@@ -547,16 +554,16 @@ static void h_set_audiotype(SoupServer *server, SoupServerMessage *msg, const ch
   if (!s) {
     /* answered */
   } else if (n && JSON_NODE_HOLDS_VALUE(n) && json_node_get_value_type(n) == G_TYPE_STRING) {
-    clip = fc_avatar_find_clip(srv->avatar, json_node_get_string(n));
+    clip = fc_avatar_find_clip(s->avatar, json_node_get_string(n));
     if (clip < 0) {
       fc_http_error(msg, 404, "%s", fc_error_detail(clip));
       clip = -2;
     }
   } else if (n && JSON_NODE_HOLDS_VALUE(n) && json_node_get_value_type(n) == G_TYPE_INT64) {
     gint64 v = json_node_get_int(n);
-    if (v < 0 || v > fc_avatar_clip_count(srv->avatar))
+    if (v < 0 || v > fc_avatar_clip_count(s->avatar))
       fc_http_error(msg, 404, "audiotype %lld: the avatar has %d action clips", (long long)v,
-                    fc_avatar_clip_count(srv->avatar));
+                    fc_avatar_clip_count(s->avatar));
     else
       clip = (int)v - 1;
   } else {
@@ -620,8 +627,8 @@ static void h_record(SoupServer *server, SoupServerMessage *msg, const char *pat
       int err;
       char *file =
           g_strdup_printf("%s/%s-%lld.mp4", srv->record_dir, s->id, (long long)g_get_real_time());
-      fc_recorder *rec = fc_recorder_start(file, fc_avatar_width(srv->avatar),
-                                           fc_avatar_height(srv->avatar), &err);
+      fc_recorder *rec = fc_recorder_start(file, fc_avatar_width(s->avatar),
+                                           fc_avatar_height(s->avatar), &err);
       g_free(file);
       if (!rec) {
         fc_http_error(msg, 500, "cannot record: %s", fc_error_detail(err));

@@ -55,7 +55,9 @@ typedef struct fc_server {
   char *web_dir, *record_dir;
   int own_record_dir;
 
-  fc_avatar *avatar;
+  fc_avatar *avatar;       /* the server's default avatar (--avatar) */
+  GMutex avatar_lock;      /* avatar_cache */
+  GHashTable *avatar_cache; /* pack id → struct fc_avatar_ref*: avatars sessions chose */
   fc_lipsync *lipsync;
   /* The device scheduler: every session's lip-sync requests go through it, so the backend
    * sees batches across sessions (and one call at a time). Its run callback copies a batch's
@@ -98,6 +100,7 @@ typedef struct fc_server {
 struct fc_session {
   gint refs;
   fc_server *srv;
+  fc_avatar *avatar; /* the session's: srv->avatar, or one from srv->avatar_cache (referenced) */
   char id[24];
   int whep;
 
@@ -137,7 +140,9 @@ struct fc_session {
 };
 
 /* session.c */
-fc_session *fc_session_new(fc_server *srv, int *err);
+/* A session on avatar av (srv->avatar or one from fc_server_avatar_get, whose reference it
+ * takes over: released when the session is freed). */
+fc_session *fc_session_new(fc_server *srv, fc_avatar *av, int *err);
 void fc_session_ref(fc_session *s);
 void fc_session_unref(fc_session *s);
 /* Looks up and references a session; NULL when unknown or closed. */
@@ -167,6 +172,12 @@ typedef struct fc_lipsync_work {
 /* The stream's run hook: submits a session's lip-sync requests to the scheduler and waits. */
 int fc_session_lipsync(void *session, const fc_lipsync_req *reqs, fc_patch *out,
                        const fc_frame_info *info, int n);
+/* server.c: the avatar a session asked for — NULL, "", "default" or the server's own id: the
+ * server's avatar; another id: that avatar's pack in fc_avatar_dir(), opened on first use and
+ * shared by the sessions on it (FC_ENOTFOUND, FC_EFORMAT, ... otherwise). Any thread; opening a
+ * pack reads it, so the caller may wait a moment. fc_server_avatar_put releases one. */
+fc_avatar *fc_server_avatar_get(fc_server *srv, const char *name, int *err);
+void fc_server_avatar_put(fc_server *srv, fc_avatar *av);
 /* server.c: starts the scheduler over srv->lipsync. */
 int fc_server_sched_start(fc_server *srv);
 

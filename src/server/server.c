@@ -1,5 +1,6 @@
 /* facecast serve: server lifetime (see include/facecast/server.h and internal.h). */
 #include "facecast/error.h"
+#include "facecast/studio.h"
 #include "server/internal.h"
 
 #include <glib-unix.h>
@@ -16,6 +17,48 @@ static gint job_order(gconstpointer a, gconstpointer b, gpointer user) {
    * synthesis is merely not started. */
   int fa = ((const fc_job *)a)->kind == FC_JOB_FILL, fb = ((const fc_job *)b)->kind == FC_JOB_FILL;
   return fb - fa;
+}
+
+typedef struct fc_avatar_ref {
+  fc_avatar *av;
+  int refs;
+} fc_avatar_ref;
+
+static void free_avatar_ref(gpointer p) {
+  fc_avatar_ref *r = p;
+  fc_avatar_destroy(r->av);
+  g_free(r);
+}
+
+fc_avatar *fc_server_avatar_get(fc_server *srv, const char *name, int *err) {
+  if (!name || !*name || strcmp(name, "default") == 0 || strcmp(name, fc_avatar_id(srv->avatar)) == 0)
+    return srv->avatar;
+  if (!fc_avatar_id_valid(name)) {
+    *err = fc_error_set(FC_ENOTFOUND, "unknown avatar '%s'", name);
+    return NULL;
+  }
+  g_mutex_lock(&srv->avatar_lock);
+  fc_avatar_ref *r = g_hash_table_lookup(srv->avatar_cache, name);
+  if (!r) {
+    fc_avatar *av = fc_avatar_open_pack(name, err);
+    if (av) {
+      r = g_new0(fc_avatar_ref, 1);
+      r->av = av;
+      g_hash_table_insert(srv->avatar_cache, g_strdup(name), r);
+    }
+  }
+  if (r) r->refs++;
+  g_mutex_unlock(&srv->avatar_lock);
+  return r ? r->av : NULL;
+}
+
+void fc_server_avatar_put(fc_server *srv, fc_avatar *av) {
+  if (!av || av == srv->avatar) return;
+  g_mutex_lock(&srv->avatar_lock);
+  fc_avatar_ref *r = g_hash_table_lookup(srv->avatar_cache, fc_avatar_id(av));
+  if (r && r->av == av && --r->refs == 0) /* nobody uses it: its memory goes */
+    g_hash_table_remove(srv->avatar_cache, fc_avatar_id(av));
+  g_mutex_unlock(&srv->avatar_lock);
 }
 
 /* The scheduler's device: a batch of requests from any sessions, run as one backend call. */
@@ -77,6 +120,8 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
   }
   if (srv->p.width <= 0) srv->p.width = 512, srv->p.height = 512;
   g_mutex_init(&srv->lock);
+  g_mutex_init(&srv->avatar_lock);
+  srv->avatar_cache = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, free_avatar_ref);
   srv->ctx = g_main_context_ref(g_main_context_default());
   srv->loop = g_main_loop_new(srv->ctx, FALSE);
   srv->sessions = g_hash_table_new(g_str_hash, g_str_equal);
@@ -239,6 +284,8 @@ void fc_server_destroy(fc_server *srv) {
     g_free(srv->devs[k].b_patches);
     fc_lipsync_destroy(srv->devs[k].ls);
   }
+  if (srv->avatar_cache) g_hash_table_destroy(srv->avatar_cache); /* sessions are gone */
+  g_mutex_clear(&srv->avatar_lock);
   fc_avatar_destroy(srv->avatar);
   g_free(srv->web_dir);
   g_free(srv->record_dir);

@@ -53,7 +53,7 @@ static int solo_lipsync(void *session, const fc_lipsync_req *reqs, fc_patch *out
   return err;
 }
 
-fc_session *fc_session_new(fc_server *srv, int *err) {
+fc_session *fc_session_new(fc_server *srv, fc_avatar *av, int *err) {
   fc_session *s = NULL;
   g_mutex_lock(&srv->lock);
   guint n = g_hash_table_size(srv->sessions);
@@ -62,11 +62,13 @@ fc_session *fc_session_new(fc_server *srv, int *err) {
     srv->sessions_rejected++;
     *err =
         fc_error_set(FC_EAGAIN, "all %d sessions are in use; try again later", srv->p.max_sessions);
+    fc_server_avatar_put(srv, av);
     return NULL;
   }
   s = g_new0(fc_session, 1);
   s->refs = 1;
   s->srv = srv;
+  s->avatar = av;
   g_mutex_init(&s->lock);
   g_mutex_init(&s->out_lock);
   s->state = FC_LIVE_CONNECTING;
@@ -74,7 +76,7 @@ fc_session *fc_session_new(fc_server *srv, int *err) {
   g_cond_init(&s->sched_cond);
   fc_sched_client_params cp = {.cls = FC_SCHED_LIVE, .done = lipsync_done, .user = s};
   if (srv->sched && !(s->client = fc_sched_client_add(srv->sched, &cp, err))) goto fail;
-  fc_stream_params sp = {.avatar = srv->avatar,
+  fc_stream_params sp = {.avatar = av,
                          .lipsync = srv->lipsync,
                          .run = srv->sched ? fc_session_lipsync : solo_lipsync,
                          .run_user = s,
@@ -84,7 +86,7 @@ fc_session *fc_session_new(fc_server *srv, int *err) {
                          .batch = srv->sched ? 1 : 16,
                          .max_pending = (size_t)120 * FC_SAMPLE_RATE};
   if (!(s->stream = fc_stream_create(&sp, err))) goto fail;
-  size_t fsz = (size_t)fc_avatar_width(srv->avatar) * fc_avatar_height(srv->avatar) * 3 / 2;
+  size_t fsz = (size_t)fc_avatar_width(av) * fc_avatar_height(av) * 3 / 2;
   for (int i = 0; i < FC_READY_FRAMES; i++)
     if (!(s->ready[i].i420 = malloc(fsz))) {
       *err = fc_error_set(FC_ENOMEM, "out of memory");
@@ -123,6 +125,7 @@ void fc_session_unref(fc_session *s) {
   g_mutex_clear(&s->sched_lock);
   g_cond_clear(&s->sched_cond);
   for (int i = 0; i < FC_READY_FRAMES; i++) free(s->ready[i].i420);
+  fc_server_avatar_put(s->srv, s->avatar);
   g_mutex_clear(&s->lock);
   g_mutex_clear(&s->out_lock);
   g_free(s);
@@ -160,7 +163,7 @@ void fc_session_fill_locked(fc_session *s, int max) {
       break;
     }
     fc_ready_slot *slot = &s->ready[(s->r_head + s->r_count) % FC_READY_FRAMES];
-    size_t fsz = (size_t)fc_avatar_width(s->srv->avatar) * fc_avatar_height(s->srv->avatar) * 3 / 2;
+    size_t fsz = (size_t)fc_avatar_width(s->avatar) * fc_avatar_height(s->avatar) * 3 / 2;
     memcpy(slot->i420, img, fsz);
     memcpy(slot->pcm, pcm, sizeof slot->pcm);
     slot->info = fi;

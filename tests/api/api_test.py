@@ -270,6 +270,18 @@ def avatar_tasks(c):
     check(is_error(st, js, 404), "unknown task: 404")
     st, js, _, _ = c.req("PUT", "/api/avatar/task/" + tid, {"x": 1})
     check(is_error(st, js, 405), "task PUT: 405")
+    # a session on the new avatar, beside sessions on the server's own
+    st, js, _, _ = c.post("/offer", {"sdp": offer_sdp(), "type": "offer", "avatar": "astro"})
+    check(st == 200 and js.get("type") == "answer", "offer on an avatar made by a task")
+    if st == 200:
+        st2, js2, _, _ = c.post("/human", {"sessionid": js["sessionid"], "text": "I am the new avatar.", "type": "echo"})
+        check(st2 == 200, "the new avatar speaks")
+        st2, _, _, _ = c.req("DELETE", "/session/" + js["sessionid"])
+        check(st2 == 200, "session on the new avatar closed")
+    st, js, _, _ = c.post("/offer", {"sdp": offer_sdp(), "type": "offer", "avatar": "nosuch"})
+    check(is_error(st, js, 404) and "nosuch" in js["msg"], "offer on an unknown avatar: 404")
+    st, js, _, _ = c.post("/offer", {"sdp": offer_sdp(), "type": "offer", "avatar": "../etc"})
+    check(is_error(st, js, 404), "offer on a path as avatar: 404")
     st, js, _, _ = c.req("DELETE", "/api/avatar/task/" + tid)
     check(st == 200 and js["data"]["status"] == "deleted", "finished task forgotten")
     st, js, _, _ = c.req("GET", "/api/avatar/task/" + tid)
@@ -519,7 +531,7 @@ def main():
         st, js, _, _ = c.req("GET", "/healthz")
         check(st == 200 and js["data"]["width"] == 512, "serve --avatar PACK_ID")
         st, js, _, _ = c.post("/offer", {"sdp": offer_sdp(), "type": "offer", "avatar": "other"})
-        check(is_error(st, js, 404) and "astro" in js["msg"], "offer with another avatar: 404 names ours")
+        check(is_error(st, js, 404) and "other" in js["msg"], "offer with an unknown avatar: 404 names it")
         proc.terminate()
         check(proc.wait(15) == 0, "pack server exits cleanly")
     import shutil
