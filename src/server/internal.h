@@ -228,6 +228,35 @@ int fc_http_multipart(SoupServerMessage *msg, const char *const *file_fields, GB
 void fc_http_early(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
                    gpointer user);
 #define FC_MAX_AVATAR_UPLOAD (256 * 1024 * 1024) /* a video for avatar creation */
+/* More helpers of http.c for the route files (routes_session.c, routes_speech.c): */
+char *fc_http_json_quote(const char *s);               /* a JSON string literal (g_free it) */
+int fc_http_status_of(int err);                        /* the HTTP status for an FC_E* code */
+int fc_http_is_method(SoupServerMessage *msg, const char *m);
+/* A string member, or NULL (answering 400) when absent or of another type. */
+const char *fc_http_str_member(SoupServerMessage *msg, JsonObject *o, const char *name);
+/* The session the "sessionid" member names, referenced; NULL after answering 400/404. */
+fc_session *fc_http_session_of(fc_server *srv, SoupServerMessage *msg, JsonObject *o);
+const char *fc_http_query_get(GHashTable *q, const char *k);
+/* Answers with the file's contents (404 JSON when it cannot be read). */
+void fc_http_serve_file(SoupServerMessage *msg, const char *file, const char *type);
+/* Queues a job that answers msg when done, with msg paused until then. */
+void fc_http_queue_paused(fc_server *srv, SoupServerMessage *msg, fc_job *j);
+/* The routes (libsoup handlers), registered by fc_http_register. */
+#define FC_ROUTE(name)                                                                             \
+  void fc_route_##name(SoupServer *server, SoupServerMessage *msg, const char *path,            \
+                       GHashTable *q, gpointer user)
+FC_ROUTE(offer);
+FC_ROUTE(whep);
+FC_ROUTE(session);
+FC_ROUTE(human);
+FC_ROUTE(humanaudio);
+FC_ROUTE(interrupt);
+FC_ROUTE(is_speaking);
+FC_ROUTE(set_audiotype);
+FC_ROUTE(record);
+FC_ROUTE(sse);
+void fc_route_ws_audio(SoupServer *server, SoupServerMessage *msg, const char *path,
+                       SoupWebsocketConnection *conn, gpointer user);
 
 /* avatars.c: the avatar studio's HTTP tasks (/api/avatar/task...). */
 void fc_avatar_tasks_register(fc_server *srv);

@@ -1,0 +1,380 @@
+/* HTTP routes of a running session: speech (/human, /humanaudio, /interrupt_talk,
+ * /is_speaking), action clips (/set_audiotype), recording (/record), events (/sse) and
+ * microphone audio (WS /ws/audio); see http.c for the plumbing they share. */
+#include "facecast/error.h"
+#include "server/internal.h"
+
+#include <json-glib/json-glib.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MAX_JSON_BODY (256 * 1024)
+#define MAX_UPLOAD (32 * 1024 * 1024)
+
+/* ---- speech ----------------------------------------------------------------------------- */
+
+void fc_route_human(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
+                    gpointer user) {
+  fc_server *srv = user;
+  if (!fc_http_require_method(msg, "POST")) return;
+  JsonParser *jp = NULL;
+  JsonObject *o = fc_http_json_body(msg, &jp);
+  if (!o) return;
+  fc_session *s = fc_http_session_of(srv, msg, o);
+  const char *text = s ? fc_http_str_member(msg, o, "text") : NULL;
+  JsonNode *tn = json_object_get_member(o, "type");
+  const char *type =
+      tn && JSON_NODE_HOLDS_VALUE(tn) && json_node_get_value_type(tn) == G_TYPE_STRING
+          ? json_node_get_string(tn)
+          : "echo";
+  JsonNode *vn = json_object_get_member(o, "voice");
+  const char *voice =
+      vn && JSON_NODE_HOLDS_VALUE(vn) && json_node_get_value_type(vn) == G_TYPE_STRING
+          ? json_node_get_string(vn)
+          : NULL;
+  if (text) {
+    JsonNode *in = json_object_get_member(o, "interrupt");
+    int interrupt = 0, bad_interrupt = 0;
+    if (in && JSON_NODE_HOLDS_VALUE(in) && json_node_get_value_type(in) == G_TYPE_BOOLEAN)
+      interrupt = json_node_get_boolean(in);
+    else if (in && !JSON_NODE_HOLDS_NULL(in))
+      bad_interrupt = 1;
+    if (bad_interrupt) {
+      fc_http_error(msg, 400, "'interrupt' must be true or false");
+    } else if (strcmp(type, "chat") == 0) {
+      fc_http_error(msg, 501, "type 'chat' is not configured on this server (no LLM); use 'echo'");
+    } else if (strcmp(type, "echo") != 0) {
+      fc_http_error(msg, 400, "'type' must be \"echo\" or \"chat\"");
+    } else {
+      fc_job *j = g_new0(fc_job, 1);
+      j->kind = FC_JOB_SPEAK;
+      j->s = s;
+      fc_session_ref(s);
+      j->text = g_strdup(text);
+      j->voice = g_strdup(voice);
+      j->interrupt = interrupt;
+      fc_http_queue_paused(srv, msg, j);
+    }
+  }
+  if (s) fc_session_unref(s);
+  g_object_unref(jp);
+}
+
+int fc_http_multipart(SoupServerMessage *msg, const char *const *file_fields, GBytes **file,
+                      char **filename, const char *const *names, char **values, int n) {
+  SoupMessageHeaders *h = soup_server_message_get_request_headers(msg);
+  GBytes *body = soup_message_body_flatten(soup_server_message_get_request_body(msg));
+  SoupMultipart *mp = soup_multipart_new_from_message(h, body);
+  g_bytes_unref(body);
+  *file = NULL;
+  if (filename) *filename = NULL;
+  for (int k = 0; k < n; k++) values[k] = NULL;
+  if (!mp) {
+    fc_http_error(msg, 400, "malformed multipart body");
+    return -1;
+  }
+  for (int i = 0; i < soup_multipart_get_length(mp); i++) {
+    SoupMessageHeaders *ph;
+    GBytes *pb;
+    if (!soup_multipart_get_part(mp, i, &ph, &pb)) continue;
+    GHashTable *params = NULL;
+    char *disp = NULL;
+    if (soup_message_headers_get_content_disposition(ph, &disp, &params) && params) {
+      const char *field = g_hash_table_lookup(params, "name");
+      const char *fname = g_hash_table_lookup(params, "filename");
+      for (int k = 0; field && file_fields[k] && !*file; k++)
+        if (strcmp(field, file_fields[k]) == 0) {
+          *file = g_bytes_ref(pb);
+          if (filename) *filename = g_strdup(fname ? fname : "upload");
+        }
+      for (int k = 0; field && k < n; k++)
+        if (strcmp(field, names[k]) == 0 && !values[k]) {
+          gsize len;
+          const char *d = g_bytes_get_data(pb, &len);
+          values[k] = g_strstrip(g_strndup(d, len < 1024 ? len : 1024));
+        }
+    }
+    g_free(disp);
+    if (params) g_hash_table_destroy(params);
+  }
+  soup_multipart_free(mp);
+  return 0;
+}
+
+void fc_route_humanaudio(SoupServer *server, SoupServerMessage *msg, const char *path,
+                         GHashTable *q, gpointer user) {
+  fc_server *srv = user;
+  if (!fc_http_require_method(msg, "POST")) return;
+  if (!fc_http_has_content_type(msg, "multipart/form-data")) {
+    fc_http_error(msg, 415, "expected multipart/form-data with 'file' and 'sessionid'");
+    return;
+  }
+  GBytes *file = NULL;
+  char *name = NULL, *sid = NULL;
+  static const char *const file_fields[] = {"file", NULL}, *const names[] = {"sessionid"};
+  if (fc_http_multipart(msg, file_fields, &file, &name, names, &sid, 1)) return;
+  fc_session *s = NULL;
+  if (!sid)
+    fc_http_error(msg, 400, "'sessionid' field is required");
+  else if (!file)
+    fc_http_error(msg, 400, "'file' field (a WAV file) is required");
+  else if (!(s = fc_session_find(srv, sid)))
+    fc_http_error(msg, 404, "unknown session '%s'", sid);
+  else {
+    fc_job *j = g_new0(fc_job, 1);
+    j->kind = FC_JOB_AUDIO;
+    j->s = s;
+    j->data = file;
+    j->name = name;
+    file = NULL;
+    name = NULL;
+    fc_http_queue_paused(srv, msg, j);
+  }
+  if (file) g_bytes_unref(file);
+  g_free(name);
+  g_free(sid);
+}
+
+void fc_route_interrupt(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
+                        gpointer user) {
+  if (!fc_http_require_method(msg, "POST")) return;
+  JsonParser *jp = NULL;
+  JsonObject *o = fc_http_json_body(msg, &jp);
+  if (!o) return;
+  fc_session *s = fc_http_session_of(user, msg, o);
+  if (s) {
+    fc_session_interrupt(s);
+    fc_http_ok(msg, NULL);
+    fc_session_unref(s);
+  }
+  g_object_unref(jp);
+}
+
+void fc_route_is_speaking(SoupServer *server, SoupServerMessage *msg, const char *path,
+                          GHashTable *q, gpointer user) {
+  if (!fc_http_require_method(msg, "POST")) return;
+  JsonParser *jp = NULL;
+  JsonObject *o = fc_http_json_body(msg, &jp);
+  if (!o) return;
+  fc_session *s = fc_http_session_of(user, msg, o);
+  if (s) {
+    fc_http_ok(msg, fc_session_is_speaking(s) ? "true" : "false");
+    fc_session_unref(s);
+  }
+  g_object_unref(jp);
+}
+
+/* ---- recording -------------------------------------------------------------------------- */
+
+/* POST /set_audiotype {sessionid, audiotype}: plays one of the avatar's action clips in the
+ * session's idle time. audiotype: a clip's name, or a number as LiveTalking's pages send it
+ * (N >= 1: the N-th clip; 0: stop the clip playing). */
+void fc_route_set_audiotype(SoupServer *server, SoupServerMessage *msg, const char *path,
+                            GHashTable *q, gpointer user) {
+  fc_server *srv = user;
+  if (!fc_http_require_method(msg, "POST")) return;
+  JsonParser *jp = NULL;
+  JsonObject *o = fc_http_json_body(msg, &jp);
+  if (!o) return;
+  fc_session *s = fc_http_session_of(srv, msg, o);
+  JsonNode *n = s ? json_object_get_member(o, "audiotype") : NULL;
+  int clip = -2;
+  if (!s) {
+    /* answered */
+  } else if (n && JSON_NODE_HOLDS_VALUE(n) && json_node_get_value_type(n) == G_TYPE_STRING) {
+    clip = fc_avatar_find_clip(s->avatar, json_node_get_string(n));
+    if (clip < 0) {
+      fc_http_error(msg, 404, "%s", fc_error_detail(clip));
+      clip = -2;
+    }
+  } else if (n && JSON_NODE_HOLDS_VALUE(n) && json_node_get_value_type(n) == G_TYPE_INT64) {
+    gint64 v = json_node_get_int(n);
+    if (v < 0 || v > fc_avatar_clip_count(s->avatar))
+      fc_http_error(msg, 404, "audiotype %lld: the avatar has %d action clips", (long long)v,
+                    fc_avatar_clip_count(s->avatar));
+    else
+      clip = (int)v - 1;
+  } else {
+    fc_http_error(msg, 400, "'audiotype' must be a clip name or a number");
+  }
+  if (clip >= -1) {
+    g_mutex_lock(&s->lock);
+    int err = fc_stream_play_clip(s->stream, clip);
+    g_mutex_unlock(&s->lock);
+    if (err) fc_http_error(msg, 400, "%s", fc_error_detail(err));
+    else fc_http_ok(msg, NULL);
+  }
+  if (s) fc_session_unref(s);
+  g_object_unref(jp);
+}
+
+
+void fc_route_record(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
+                     gpointer user) {
+  fc_server *srv = user;
+  if (g_str_has_prefix(path, "/record/")) {
+    if (!fc_http_require_method(msg, "GET")) return;
+    const char *file = g_hash_table_lookup(srv->recordings, path + 8);
+    if (!file) {
+      fc_http_error(msg, 404, "no finished recording for session '%s'", path + 8);
+      return;
+    }
+    {
+      fc_http_serve_file(msg, file, "video/mp4");
+      return;
+    }
+  }
+  if (!fc_http_require_method(msg, "POST")) return;
+  JsonParser *jp = NULL;
+  JsonObject *o = fc_http_json_body(msg, &jp);
+  if (!o) return;
+  fc_session *s = fc_http_session_of(srv, msg, o);
+  const char *type = s ? fc_http_str_member(msg, o, "type") : NULL;
+  if (type && strcmp(type, "start_record") == 0) {
+    g_mutex_lock(&s->out_lock);
+    int busy = s->rec != NULL;
+    g_mutex_unlock(&s->out_lock);
+    if (busy) {
+      fc_http_error(msg, 409, "session %s is already recording", s->id);
+    } else {
+      int err;
+      char *file =
+          g_strdup_printf("%s/%s-%lld.mp4", srv->record_dir, s->id, (long long)g_get_real_time());
+      fc_recorder *rec = fc_recorder_start(file, fc_avatar_width(s->avatar),
+                                           fc_avatar_height(s->avatar), &err);
+      g_free(file);
+      if (!rec) {
+        fc_http_error(msg, 500, "cannot record: %s", fc_error_detail(err));
+      } else {
+        g_mutex_lock(&s->out_lock);
+        s->rec = rec;
+        s->rec_first = -1; /* the pacer numbers the recording from its first frame */
+        g_mutex_unlock(&s->out_lock);
+        fc_http_ok(msg, NULL);
+      }
+    }
+  } else if (type && strcmp(type, "end_record") == 0) {
+    g_mutex_lock(&s->out_lock);
+    fc_recorder *rec = s->rec;
+    s->rec = NULL;
+    g_mutex_unlock(&s->out_lock);
+    if (!rec) {
+      fc_http_error(msg, 409, "session %s is not recording", s->id);
+    } else {
+      fc_job *j = g_new0(fc_job, 1);
+      j->kind = FC_JOB_RECORD_STOP;
+      j->s = s;
+      fc_session_ref(s);
+      j->rec = rec;
+      fc_http_queue_paused(srv, msg, j);
+    }
+  } else if (type) {
+    fc_http_error(msg, 400, "'type' must be \"start_record\" or \"end_record\"");
+  }
+  if (s) fc_session_unref(s);
+  g_object_unref(jp);
+}
+
+/* ---- events and audio in ---------------------------------------------------------------- */
+
+void fc_route_sse(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
+                  gpointer user) {
+  if (!fc_http_require_method(msg, "GET")) return;
+  const char *id = fc_http_query_get(q, "sessionid");
+  if (!id) {
+    fc_http_error(msg, 400, "'sessionid' query parameter is required");
+    return;
+  }
+  fc_session *s = fc_session_find(user, id);
+  if (!s) {
+    fc_http_error(msg, 404, "unknown session '%s'", id);
+    return;
+  }
+  SoupMessageHeaders *h = soup_server_message_get_response_headers(msg);
+  soup_message_headers_set_encoding(h, SOUP_ENCODING_CHUNKED);
+  soup_message_headers_set_content_type(h, "text/event-stream", NULL);
+  soup_message_headers_replace(h, "Cache-Control", "no-cache");
+  soup_server_message_set_status(msg, 200, NULL);
+  static const char hello[] = ": facecast events\n\n";
+  soup_message_body_append(soup_server_message_get_response_body(msg), SOUP_MEMORY_STATIC, hello,
+                           sizeof hello - 1);
+  fc_session_add_sse(s, msg);
+  fc_session_unref(s);
+}
+
+typedef struct ws_ctx {
+  fc_server *srv;
+  char id[24];
+  float buf[8192];
+} ws_ctx;
+
+static void ws_message(SoupWebsocketConnection *c, gint type, GBytes *msg, gpointer user) {
+  ws_ctx *w = user;
+  if (type != SOUP_WEBSOCKET_DATA_BINARY) {
+    soup_websocket_connection_send_text(
+        c, "{\"code\":-1,\"msg\":\"send binary PCM16LE, 16 kHz mono\"}");
+    return;
+  }
+  fc_session *s = fc_session_find(w->srv, w->id);
+  if (!s) {
+    soup_websocket_connection_close(c, SOUP_WEBSOCKET_CLOSE_POLICY_VIOLATION, "session closed");
+    return;
+  }
+  gsize n;
+  const uint8_t *d = g_bytes_get_data(msg, &n);
+  size_t samples = n / 2;
+  for (size_t off = 0; off < samples;) {
+    size_t k = samples - off < G_N_ELEMENTS(w->buf) ? samples - off : G_N_ELEMENTS(w->buf);
+    for (size_t i = 0; i < k; i++) {
+      const uint8_t *p = d + 2 * (off + i);
+      w->buf[i] = (int16_t)(p[0] | p[1] << 8) / 32768.0f;
+    }
+    g_mutex_lock(&s->lock);
+    int err = s->closed ? FC_ENOTFOUND : fc_stream_push_audio(s->stream, w->buf, k);
+    if (!err) fc_session_want_fill_locked(s);
+    g_mutex_unlock(&s->lock);
+    if (err) break; /* queue full: the rest of this message is dropped */
+    off += k;
+  }
+  fc_session_unref(s);
+}
+
+static void ws_closed(SoupWebsocketConnection *c, gpointer user) {
+  ws_ctx *w = user;
+  fc_session *s = fc_session_find(w->srv, w->id);
+  if (s) {
+    GList *l = g_list_find(s->ws, c);
+    if (l) {
+      s->ws = g_list_delete_link(s->ws, l);
+      g_object_unref(c);
+    }
+    fc_session_unref(s);
+  }
+}
+
+static void free_ws_ctx(gpointer data, GClosure *closure) { g_free(data); }
+
+void fc_route_ws_audio(SoupServer *server, SoupServerMessage *msg, const char *path,
+                       SoupWebsocketConnection *c, gpointer user) {
+  fc_server *srv = user;
+  GUri *uri = soup_server_message_get_uri(msg);
+  const char *query = g_uri_get_query(uri);
+  GHashTable *q = query ? g_uri_parse_params(query, -1, "&", G_URI_PARAMS_NONE, NULL) : NULL;
+  const char *id = q ? g_hash_table_lookup(q, "sessionid") : NULL;
+  fc_session *s = fc_session_find(srv, id);
+  if (!s) {
+    soup_websocket_connection_close(c, SOUP_WEBSOCKET_CLOSE_POLICY_VIOLATION,
+                                    id ? "unknown session" : "sessionid query parameter required");
+  } else {
+    ws_ctx *w = g_new0(ws_ctx, 1);
+    w->srv = srv;
+    g_strlcpy(w->id, s->id, sizeof w->id);
+    s->ws = g_list_prepend(s->ws, g_object_ref(c));
+    g_signal_connect_data(c, "message", G_CALLBACK(ws_message), w, NULL, 0);
+    g_signal_connect_data(c, "closed", G_CALLBACK(ws_closed), w, free_ws_ctx, 0);
+    fc_session_unref(s);
+  }
+  if (q) g_hash_table_destroy(q);
+}
+
