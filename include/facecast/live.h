@@ -66,7 +66,10 @@ void fc_live_destroy(fc_live *l);
 
 /* Pushes frame `index` (I420, width×height, contiguous; copied into a pooled buffer) and its n
  * audio samples starting at sample `first_sample`. Timestamps: pts = index/fps on the output's
- * clock, which starts at the first push. Returns 0, or FC_EMEDIA after a pipeline error. */
+ * clock, which starts at the first push. i420 NULL (not for the first push): the previous
+ * picture stands — no video frame is encoded or sent for this index (the viewer keeps showing
+ * the last one; a still avatar at rest need not be encoded 25 times a second), the audio goes
+ * out as usual. Returns 0, or FC_EMEDIA after a pipeline error. */
 int fc_live_push(fc_live *l, const uint8_t *i420, int64_t index, const int16_t *pcm, size_t n,
                  int64_t first_sample);
 

@@ -48,6 +48,8 @@ typedef struct fc_frame_info {
   int speaking;         /* the frame carries pending speech (not an idle frame) */
   uint32_t utt_started; /* id of the utterance whose first sample is in this frame, or 0 */
   uint32_t utt_ended;   /* id of the utterance whose last sample is in this frame, or 0 */
+  int still;            /* an idle frame showing the same picture as the frame before it (a
+                         * photo at rest): an output may send it as "unchanged" */
 } fc_frame_info;
 
 fc_stream *fc_stream_create(const fc_stream_params *p, int *err);

@@ -1258,7 +1258,7 @@ static int push_audio(fc_live *l, const int16_t *pcm, size_t n, int64_t first_sa
 
 int fc_live_push(fc_live *l, const uint8_t *i420, int64_t index, const int16_t *pcm, size_t n,
                  int64_t first_sample) {
-  if (!l || !i420 || index < 0 || (!pcm && n) || first_sample < 0)
+  if (!l || (!i420 && !l->started) || index < 0 || (!pcm && n) || first_sample < 0)
     return fc_error_set(FC_EINVAL, "fc_live_push: bad argument");
   int rc = report_recorded(l->sh, FC_EMEDIA);
   if (rc) return rc;
@@ -1278,7 +1278,9 @@ int fc_live_push(fc_live *l, const uint8_t *i420, int64_t index, const int16_t *
     l->origin_media = gst_util_uint64_scale((guint64)index, GST_SECOND, (guint64)l->p.fps);
     l->next_sample = first_sample;
   }
-  if ((rc = push_video(l, i420, index))) return rc;
+  if (i420 && (rc = push_video(l, i420, index))) return rc;
+  if (!i420) /* the picture stands: nothing to encode, the frame still counts as delivered */
+    atomic_fetch_add_explicit(&l->sh->frames_pushed, 1, memory_order_relaxed);
   l->started = 1;
   l->next_index = index + 1;
   if (n && (rc = push_audio(l, pcm, n, first_sample))) return rc;

@@ -132,6 +132,7 @@ struct fc_session {
   uint32_t heard;               /* utterance between its SSE start and end */
 
   /* Pacer only (read loosely by /metrics). */
+  int still_run; /* idle frames in a row showing the same still picture */
   uint64_t out_frames, infer_frames, late_frames, dropped_frames;
   int64_t log_t0;
   uint64_t log_out0, log_infer0;

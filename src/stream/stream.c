@@ -76,6 +76,7 @@ struct fc_stream {
   uint8_t *rest;       /* a one-frame avatar's rest picture, made on first use */
   uint8_t *idle;       /* a recorded avatar's idle or clip frame, assembled per idle frame */
   int clip, clip_pos;  /* the action clip playing in idle time (-1: none), its next frame */
+  int resting;         /* the last frame handed out was the photo's rest picture */
   int16_t silence[SPF];
 };
 
@@ -357,6 +358,7 @@ int fc_stream_next_frame(fc_stream *s, fc_frame_info *info, const uint8_t **i420
   int slot = s->taken++;
   *info = s->info[slot];
   s->clip = -1; /* speech ends an action clip */
+  s->resting = 0;
   if (info->utt_started) s->playing = info->utt_started;
   if (info->utt_ended == s->playing) s->playing = 0;
   *i420 = s->i420[slot];
@@ -397,6 +399,7 @@ int fc_stream_idle_frame(fc_stream *s, fc_frame_info *info, const uint8_t **i420
   if (s->taken != s->ready)
     return fc_error_set(FC_EINVAL, "stream: idle frame requested while speech frames wait");
   int af = fc_avatar_frame_count(s->av);
+  int still = 0;
   if (s->clip >= 0) {
     int err = clip_frame(s, i420, pcm);
     if (err) return err;
@@ -426,8 +429,10 @@ int fc_stream_idle_frame(fc_stream *s, fc_frame_info *info, const uint8_t **i420
     }
     *i420 = s->rest;
     *pcm = s->silence;
+    still = s->resting;
   }
-  *info = (fc_frame_info){.index = s->next_index++};
+  s->resting = af == 1 && s->clip < 0 && *i420 == s->rest;
+  *info = (fc_frame_info){.index = s->next_index++, .still = still};
   s->tracker.cur = (fc_mouth){0, 0, 0};
   return FC_OK;
 }

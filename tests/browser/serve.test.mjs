@@ -173,7 +173,7 @@ describe('facecast serve in Chromium', () => {
     }
   });
 
-  test('speaking: >= 24 fps decoded, audio flows, SSE start/end, lips move then rest', async (t) => {
+  test('speaking: >= 24 fps decoded while speaking, audio flows, SSE start/end, lips move then rest', async (t) => {
     await startMouthSampler(page, hz.mouth, hz.width, hz.height);
     await delay(1000); /* some idle samples before the sentence */
     const since = await speechCount();
@@ -181,7 +181,9 @@ describe('facecast serve in Chromium', () => {
     const t0 = await pageTime(page);
     await page.evaluate((text) => window.fc.say(text), SENTENCE);
     const start = await waitSpeech('start', since);
+    const sA = await stats(); /* the speaking part: every frame is new, 25 fps */
     const end = await waitSpeech('end', since);
+    const sB = await stats();
     assert.equal(end.id, start.id, 'start and end name the same utterance');
     assert.ok(end.t - start.t > 1500, `utterance lasted ${fmt(end.t - start.t, 0)} ms`);
     /* A 5 s window from the request on, covering speech and idle frames alike. */
@@ -196,18 +198,23 @@ describe('facecast serve in Chromium', () => {
     const samples = await stopMouthSampler(page);
 
     const secs = (s1.t - s0.t) / 1000;
-    const fps = (s1.video.framesDecoded - s0.video.framesDecoded) / secs;
+    /* at rest a still photo is re-sent 5 times a second (the picture stands), so the rate is
+     * measured while speaking; the whole window says what the viewer got on average */
+    const fps = (sB.video.framesDecoded - sA.video.framesDecoded) / ((sB.t - sA.t) / 1000);
+    const fpsAll = (s1.video.framesDecoded - s0.video.framesDecoded) / secs;
     const audioPackets = s1.audio.packetsReceived - s0.audio.packetsReceived;
     const speaking = motion(samples, start.t, end.t);
     const rest = motion(samples, end.t + 500, end.t + 1500);
-    t.diagnostic(`${fmt(secs)} s window: ${fmt(fps)} fps decoded, ${audioPackets} audio packets, ` +
+    t.diagnostic(`speaking: ${fmt(fps)} fps decoded over ${fmt((sB.t - sA.t) / 1000)} s; ` +
+      `${fmt(secs)} s window (speech and rest): ${fmt(fpsAll)} fps, ${audioPackets} audio packets, ` +
       `video lost ${s1.video.packetsLost}, jitter ${fmt(s1.video.jitterMs, 1)} ms, ` +
       `jitter buffer ${fmt(s1.video.jitterBufferMs, 0)} ms (cumulative), RTT ${fmt(s1.rttMs, 1)} ms`);
     t.diagnostic(`utterance ${start.id}: ${fmt(end.t - start.t, 0)} ms; mouth motion speaking ` +
       `${fmt(speaking.mean)} (n=${speaking.n}), at rest ${fmt(rest.mean)} (n=${rest.n}), ratio ` +
       `${fmt(speaking.mean / rest.mean, 1)}`);
     assert.ok(secs >= 4.9, `window ${secs} s`);
-    assert.ok(fps >= 24, `decoded ${fmt(fps)} fps over ${fmt(secs)} s`);
+    assert.ok(fps >= 24, `decoded ${fmt(fps)} fps while speaking`);
+    assert.ok(fpsAll > 5, `decoded ${fmt(fpsAll)} fps over the whole window`);
     assert.ok(audioPackets > 100, `audio packets received in the window: ${audioPackets}`);
     assert.ok(speaking.n >= 20 && rest.n >= 15, `samples: speaking ${speaking.n}, rest ${rest.n}`);
     assert.ok(speaking.mean > MOTION_FLOOR, `mouth motion while speaking ${fmt(speaking.mean)} <= ${MOTION_FLOOR}`);
