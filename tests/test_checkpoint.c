@@ -21,29 +21,6 @@
 
 /* ---- helpers ---- */
 
-static uint8_t *slurp(const char *path, size_t *size) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *b = malloc(n > 0 ? (size_t)n : 1);
-  if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-    free(b);
-    b = NULL;
-  }
-  fclose(f);
-  *size = (size_t)n;
-  return b;
-}
-
-static int write_file(const char *path, const void *data, size_t n) {
-  FILE *f = fopen(path, "wb");
-  if (!f) return 0;
-  int ok = fwrite(data, 1, n, f) == n;
-  return fclose(f) == 0 && ok;
-}
-
 /* The error code was set with a detail of its own (not just the code's generic text). */
 static int has_detail(int err) {
   const char *d = fc_error_detail(err);
@@ -91,7 +68,7 @@ static size_t ngvals;
 static int load_goldens(void) {
   if (goldens) return 1;
   size_t n;
-  uint8_t *b = slurp(CKPT_DIR "/golden.bin", &n);
+  uint8_t *b = fc_test_read_file(CKPT_DIR "/golden.bin", &n);
   if (!b) return 0;
   gvals = (float *)b;
   ngvals = n / 4;
@@ -263,7 +240,7 @@ static void test_missing_and_empty(void) {
   FC_REQUIRE(mkdtemp(dir));
   char path[256];
   snprintf(path, sizeof path, "%s/empty.pth", dir);
-  FC_REQUIRE(write_file(path, "", 0));
+  FC_REQUIRE(fc_test_write_file(path, "", 0));
   fc_error_clear();
   FC_CHECK(fc_checkpoint_load(path, &err) == NULL);
   FC_CHECK_INT(err, ==, FC_EFORMAT);
@@ -276,7 +253,7 @@ static void test_missing_and_empty(void) {
   for (size_t i = 0; i < sizeof rnd; i++) rnd[i] = (uint8_t)((s = s * 1103515245u + 12345u) >> 16);
   rnd[0] = 0x17;
   snprintf(path, sizeof path, "%s/random.pth", dir);
-  FC_REQUIRE(write_file(path, rnd, sizeof rnd));
+  FC_REQUIRE(fc_test_write_file(path, rnd, sizeof rnd));
   fc_error_clear();
   FC_CHECK(fc_checkpoint_load(path, &err) == NULL);
   FC_CHECK_INT(err, ==, FC_EFORMAT);
@@ -309,7 +286,7 @@ static void test_npy_writer_matches_numpy(void) {
     FC_REQUIRE(fc_npy_read_f32(in, &f, shape, &nd) == FC_OK);
     FC_CHECK_INT(fc_npy_write_f32(out, f, shape, nd), ==, FC_OK);
     size_t na, nb;
-    uint8_t *a = slurp(in, &na), *b = slurp(out, &nb);
+    uint8_t *a = fc_test_read_file(in, &na), *b = fc_test_read_file(out, &nb);
     /* npy_v2 was written as format 2.0; the writer emits 1.0, so compare it by value. */
     if (strcmp(refs[k], "npy_v2.npy") != 0) {
       FC_CHECK(a && b && na == nb && memcmp(a, b, na) == 0);
@@ -331,7 +308,7 @@ static void test_npy_writer_matches_numpy(void) {
   snprintf(out, sizeof out, "%s/big.npy", dir);
   FC_CHECK_INT(fc_npy_write_f32(out, NULL, big, 3), ==, FC_OK);
   size_t n;
-  uint8_t *b = slurp(out, &n);
+  uint8_t *b = fc_test_read_file(out, &n);
   FC_CHECK(b && n == 128 && b[127] == '\n');
   free(b);
   FC_CHECK_INT(fc_npy_write_f32(out, NULL, big, 9), ==, FC_EINVAL);
@@ -377,7 +354,7 @@ static void test_truncated_fixtures(void) {
     char path[512];
     snprintf(path, sizeof path, "%s/%s", CKPT_DIR, sweep_files[k]);
     size_t n;
-    uint8_t *b = slurp(path, &n);
+    uint8_t *b = fc_test_read_file(path, &n);
     FC_REQUIRE(b);
     for (size_t cut = 0; cut < n; cut = cut + 97 < n - 8 ? cut + 97 : cut + 1) {
       int read_ok, err = try_load(sweep_files[k], b, cut, &read_ok);
@@ -398,7 +375,7 @@ static void test_flipped_bytes(void) {
     char path[512];
     snprintf(path, sizeof path, "%s/%s", CKPT_DIR, sweep_files[k]);
     size_t n;
-    uint8_t *b = slurp(path, &n);
+    uint8_t *b = fc_test_read_file(path, &n);
     FC_REQUIRE(b);
     static const uint8_t masks[] = {0xFF, 0x01, 0x80, 0x10};
     for (size_t pos = 0; pos < n; pos++) {
@@ -794,7 +771,7 @@ static void test_pickle_bombs(void) {
 
 static void test_zip_structure(void) {
   size_t n;
-  uint8_t *b = slurp(CKPT_DIR "/wav2lip_zip.pth", &n);
+  uint8_t *b = fc_test_read_file(CKPT_DIR "/wav2lip_zip.pth", &n);
   FC_REQUIRE(b);
   int err;
   uint8_t *keep;

@@ -29,28 +29,6 @@ static const char *tmp_path(char *buf, size_t n, const char *name) {
   return buf;
 }
 
-static int write_file(const char *path, const void *data, size_t n) {
-  FILE *f = fopen(path, "wb");
-  if (!f) return -1;
-  size_t w = n ? fwrite(data, 1, n, f) : 0;
-  return fclose(f) == 0 && w == n ? 0 : -1;
-}
-
-static uint8_t *read_file(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long sz = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *buf = malloc(sz > 0 ? (size_t)sz : 1);
-  if (buf && fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
-    free(buf);
-    buf = NULL;
-  }
-  fclose(f);
-  *n = (size_t)sz;
-  return buf;
-}
 
 static const uint8_t *px(const fc_image *img, int x, int y) {
   return img->rgb + (size_t)y * img->stride + 3 * (size_t)x;
@@ -178,7 +156,7 @@ static void test_png_roundtrip(void) {
   fc_image_free(&b);
   /* The same bytes through the memory entry point. */
   size_t n;
-  uint8_t *buf = read_file(path, &n);
+  uint8_t *buf = fc_test_read_file(path, &n);
   FC_REQUIRE(buf);
   FC_CHECK_INT(fc_image_load_mem(buf, n, "rt.png", &b), ==, FC_OK);
   FC_CHECK(b.rgb && memcmp(a.rgb, b.rgb, (size_t)37 * 23 * 3) == 0);
@@ -246,7 +224,7 @@ static void test_jpeg_load(void) {
   FC_REQUIRE(jpg && n > 100);
   char path[128];
   /* The name says .png; the magic bytes say JPEG, and they decide. */
-  FC_REQUIRE(write_file(tmp_path(path, sizeof path, "actually_jpeg.png"), jpg, n) == 0);
+  FC_REQUIRE(fc_test_write_file(tmp_path(path, sizeof path, "actually_jpeg.png"), jpg, n));
   fc_image img;
   int rc = fc_image_load(path, &img);
   FC_REQUIRE(rc == FC_OK);
@@ -263,14 +241,14 @@ static void test_jpeg_load(void) {
   fc_image_free(&img);
 
   /* Truncated: libjpeg would pad it with grey; we must call it corrupt. */
-  FC_REQUIRE(write_file(path, jpg, n * 6 / 10) == 0);
+  FC_REQUIRE(fc_test_write_file(path, jpg, n * 6 / 10));
   expect_load_error(path, FC_EFORMAT);
   FC_CHECK(strstr(fc_error_detail(FC_EFORMAT), "JPEG") != NULL);
   /* Header only, then garbage. */
   uint8_t junk[64];
   memcpy(junk, jpg, 3);
   for (int i = 3; i < 64; i++) junk[i] = (uint8_t)(i * 37);
-  FC_REQUIRE(write_file(path, junk, sizeof junk) == 0);
+  FC_REQUIRE(fc_test_write_file(path, junk, sizeof junk));
   expect_load_error(path, FC_EFORMAT);
   free(jpg);
 
@@ -295,18 +273,18 @@ static void test_malformed(void) {
   char path[128];
   tmp_path(path, sizeof path, "bad.png");
 
-  FC_REQUIRE(write_file(path, "", 0) == 0);
+  FC_REQUIRE(fc_test_write_file(path, "", 0));
   expect_load_error(path, FC_EFORMAT); /* empty */
 
   uint8_t rnd[4096];
   uint32_t s = 12345;
   for (size_t i = 0; i < sizeof rnd; i++) rnd[i] = (uint8_t)((s = s * 1103515245u + 12345u) >> 24);
   rnd[0] = 0x42; /* neither 0x89 (PNG) nor 0xff (JPEG) */
-  FC_REQUIRE(write_file(path, rnd, sizeof rnd) == 0);
+  FC_REQUIRE(fc_test_write_file(path, rnd, sizeof rnd));
   expect_load_error(path, FC_EUNSUPPORTED);
 
   const char *text = "this is a text file, not an image\n";
-  FC_REQUIRE(write_file(path, text, strlen(text)) == 0);
+  FC_REQUIRE(fc_test_write_file(path, text, strlen(text)));
   expect_load_error(path, FC_EUNSUPPORTED);
 
   /* A genuine PNG, truncated in several places, and with a corrupted data byte. */
@@ -317,15 +295,15 @@ static void test_malformed(void) {
   FC_REQUIRE(fc_image_save_png(tmp_path(good, sizeof good, "good.png"), &img) == FC_OK);
   fc_image_free(&img);
   size_t n;
-  uint8_t *png = read_file(good, &n);
+  uint8_t *png = fc_test_read_file(good, &n);
   FC_REQUIRE(png && n > 200);
   const size_t cuts[] = {4, 8, 20, 40, n / 2, n - 13, n - 1};
   for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
-    FC_REQUIRE(write_file(path, png, cuts[i]) == 0);
+    FC_REQUIRE(fc_test_write_file(path, png, cuts[i]));
     expect_load_error(path, FC_EFORMAT);
   }
   png[n / 2] ^= 0x55; /* inside IDAT: the chunk CRC (or zlib) catches it */
-  FC_REQUIRE(write_file(path, png, n) == 0);
+  FC_REQUIRE(fc_test_write_file(path, png, n));
   expect_load_error(path, FC_EFORMAT);
   free(png);
   unlink(good);

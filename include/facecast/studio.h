@@ -109,6 +109,9 @@ int fc_studio_create(const fc_studio_params *p, fc_studio_result *res);
 const char *fc_avatar_dir(void);
 /* Whether id is a valid avatar id. */
 int fc_avatar_id_valid(const char *id);
+/* The pack file an avatar argument names: a path (with a '/' or ending in .fcpack) as it is,
+ * an id as dir/ID.fcpack (dir NULL: fc_avatar_dir()). 0, or FC_EINVAL with a detail. */
+int fc_avatar_pack_path(const char *dir, const char *path_or_id, char *out, size_t n);
 
 #ifdef __cplusplus
 }

@@ -352,18 +352,7 @@ fc_avatar *fc_avatar_open_pack(const char *path_or_id, int *err) {
   fc_avatar *av = NULL;
   uint8_t *region = NULL;
   int e = FC_OK;
-  if (!path_or_id || !*path_or_id) {
-    e = fc_error_set(FC_EINVAL, "no avatar given");
-    goto fail;
-  }
-  if (strchr(path_or_id, '/') || strstr(path_or_id, ".fcpack"))
-    snprintf(path, sizeof path, "%s", path_or_id);
-  else if (fc_avatar_id_valid(path_or_id))
-    snprintf(path, sizeof path, "%.4000s/%s.fcpack", fc_avatar_dir(), path_or_id);
-  else {
-    e = fc_error_set(FC_EINVAL, "avatar '%s': not an avatar id or a .fcpack file", path_or_id);
-    goto fail;
-  }
+  if ((e = fc_avatar_pack_path(NULL, path_or_id, path, sizeof path))) goto fail;
   if (!(av = calloc(1, sizeof *av))) goto oom;
   if (!(av->pack = fc_pack_open(path, &e))) {
     if (e == FC_ENOTFOUND && !strchr(path_or_id, '/'))

@@ -227,7 +227,6 @@ int fc_quality_measure(const fc_face_models *m, const fc_image *img, fc_quality 
       box_stats(st->gcv, img->w, clip_rect(mr, img->w, img->h), &ml, &mm, &msd);
     }
     if (!inside || msd < MIN_MOUTH_TEXTURE * sd) q->failed[FC_Q_MOUTH_HIDDEN]++;
-    if (getenv("FC_QUALITY_DEBUG")) fprintf(stderr, "quality: mouth spread %.1f face %.1f\n", msd, sd);
     if (pts_out) memcpy(pts_out, pts, sizeof pts);
   }
   samples *sm = &st->s;

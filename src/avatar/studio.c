@@ -44,6 +44,18 @@ int fc_avatar_id_valid(const char *id) {
   return 1;
 }
 
+int fc_avatar_pack_path(const char *dir, const char *path_or_id, char *out, size_t n) {
+  if (!path_or_id || !*path_or_id) return fc_error_set(FC_EINVAL, "no avatar given");
+  if (strchr(path_or_id, '/') || strstr(path_or_id, ".fcpack")) {
+    snprintf(out, n, "%s", path_or_id);
+    return FC_OK;
+  }
+  if (!fc_avatar_id_valid(path_or_id))
+    return fc_error_set(FC_EINVAL, "avatar '%s': not an avatar id or a .fcpack file", path_or_id);
+  snprintf(out, n, "%.3900s/%s.fcpack", dir ? dir : fc_avatar_dir(), path_or_id);
+  return FC_OK;
+}
+
 static int mkdirs(const char *dir) {
   char tmp[4096];
   snprintf(tmp, sizeof tmp, "%s", dir);

@@ -119,11 +119,6 @@ static int create(int argc, char **argv) {
   return FC_EXIT_OK;
 }
 
-/* ID or FILE → a pack path. */
-static void pack_path(const char *dir, const char *idf, char *out, size_t n) {
-  if (strchr(idf, '/') || strstr(idf, ".fcpack")) snprintf(out, n, "%s", idf);
-  else snprintf(out, n, "%s/%s.fcpack", dir, idf);
-}
 
 static void print_clips(const fc_pack *pk, int json) {
   int nc = fc_pack_clip_count(pk);
@@ -218,9 +213,8 @@ static int show(int argc, char **argv) {
     return FC_EXIT_INPUT;
   }
   char path[4096];
-  pack_path(dir, idf, path, sizeof path);
-  int err;
-  fc_pack *pk = fc_pack_open(path, &err);
+  int err = fc_avatar_pack_path(dir, idf, path, sizeof path);
+  fc_pack *pk = err ? NULL : fc_pack_open(path, &err);
   if (!pk) return fc_cli_fail(err);
   const fc_pack_info *in = fc_pack_get_info(pk);
   if (frame >= in->frames) {

@@ -215,10 +215,9 @@ static int run_batch(w2l_state *st, const fc_lipsync_req *reqs, fc_patch *out, i
     if (!reqs[k].avatar || !reqs[k].mel) return fc_error_set(FC_EINVAL, "wav2lip: request without mel");
   st->cur_reqs = reqs, st->cur_out = out;
   each_frame(st, n, 0);
-  int nb = n; /* rounded up to a bucket; its extra frames compute garbage nobody reads */
-  if (st->gpu)
-    for (nb = 1; nb < n; nb *= 2) {
-    }
+  int nb = n; /* on a GPU: up to a power of two (one plan and graph per bucket); the extra
+               * frames compute garbage nobody reads */
+  while (st->gpu && (nb & (nb - 1))) nb += nb & -nb;
   if (nb > st->max_batch) nb = st->max_batch;
   int err = fc_w2l_infer_u8(st->net, st->mel, st->crops, st->out, nb);
   if (err) return err;

@@ -1287,6 +1287,18 @@ int fc_live_push(fc_live *l, const uint8_t *i420, int64_t index, const int16_t *
   return 0;
 }
 
+int fc_live_check_preset(const char *preset) {
+  int rc = fc_gst_init();
+  if (rc) return rc;
+  GstElement *enc = gst_element_factory_make("x264enc", NULL);
+  if (!enc)
+    return fc_error_set(FC_EMEDIA, "x264enc is missing (install %s)", fc_gst_package_of("x264enc"));
+  gst_object_ref_sink(enc);
+  rc = fc_gst_set_speed_preset(enc, preset, "--preset");
+  gst_object_unref(enc);
+  return rc;
+}
+
 void fc_live_force_keyframe(fc_live *l) {
   if (!l || !l->venc_src) return;
   /* The same upstream event rtpsession sends for a viewer's PLI/FIR (it reaches the encoder

@@ -118,23 +118,17 @@ static void task_json(const task *t, GString *o) {
   g_string_append_printf(o, "{\"task_id\":\"%s\",\"avatar_id\":\"%s\",\"status\":\"%s\",\"progress\":%d",
                          t->id, t->avatar_id, status_name[t->status], t->progress);
   if (t->status == T_FAILED || t->status == T_CANCELED) {
-    JsonNode *n = json_node_new(JSON_NODE_VALUE);
-    json_node_set_string(n, t->error);
-    char *q = json_to_string(n, FALSE);
+    char *q = fc_http_json_quote(t->error);
     g_string_append_printf(o, ",\"error\":%s", q);
     g_free(q);
-    json_node_unref(n);
     if (fc_quality_failed(&t->res.quality)) {
       g_string_append(o, ",\"reasons\":[");
       int k = 0;
       for (int r = 0; r < FC_Q_COUNT; r++) {
         if (!t->res.quality.blocking[r]) continue;
-        JsonNode *m = json_node_new(JSON_NODE_VALUE);
-        json_node_set_string(m, t->res.quality.message[r]);
-        char *mq = json_to_string(m, FALSE);
+        char *mq = fc_http_json_quote(t->res.quality.message[r]);
         g_string_append_printf(o, "%s{\"key\":\"%s\",\"message\":%s}", k++ ? "," : "", fc_quality_key(r), mq);
         g_free(mq);
-        json_node_unref(m);
       }
       g_string_append(o, "]");
     }

@@ -107,15 +107,8 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
   fc_server *srv = g_new0(fc_server, 1);
   srv->p = p ? *p : fc_server_params_default();
   if (srv->p.max_sessions <= 0) srv->p.max_sessions = 5;
-  static const char *const presets[] = {"ultrafast", "superfast", "veryfast", "faster", "fast",
-                                        "medium", "slow", "slower", "veryslow", "placebo"};
-  int preset_ok = !srv->p.x264_preset;
-  for (size_t i = 0; i < G_N_ELEMENTS(presets) && !preset_ok; i++)
-    preset_ok = strcmp(srv->p.x264_preset, presets[i]) == 0;
-  if (!preset_ok) { /* refused at start, not at the first session */
-    *err = fc_error_set(FC_EINVAL, "unknown x264 preset '%s' (ultrafast, superfast, veryfast, "
-                        "faster, fast, medium, slow, slower, veryslow)", srv->p.x264_preset);
-    g_free(srv);
+  if (srv->p.x264_preset && (*err = fc_live_check_preset(srv->p.x264_preset))) {
+    g_free(srv); /* refused at start, not at the first session */
     return NULL;
   }
   if (srv->p.width <= 0) srv->p.width = 512, srv->p.height = 512;
