@@ -80,6 +80,14 @@ const uint8_t *fc_avatar_frame_i420(const fc_avatar *av, int i);
 /* Copies frame i (i as above) into dst as contiguous I420, width*height*3/2 bytes: a memcpy for
  * a photo, tiles assembled for a pack. Allocates nothing. 0, or an error of fc_pack_copy_i420. */
 int fc_avatar_copy_i420(const fc_avatar *av, int i, uint8_t *dst);
+/* The rectangle r of frame i (x, y, w, h even, inside the frame) as contiguous I420 into dst:
+ * Y r.w*r.h bytes, then U and V (r.w/2)*(r.h/2) each. Allocates nothing. FC_EINVAL for a bad
+ * rectangle. */
+int fc_avatar_copy_i420_rect(const fc_avatar *av, int i, fc_rect r, uint8_t *dst);
+/* A key for frame i's pixels, unique in the process and never 0: equal keys mean equal pixels
+ * (the same avatar object and the same stored frame), so caches of derived data (a GPU's copy
+ * of the face) can be keyed by it. A new avatar object, even of the same file, gets new keys. */
+uint64_t fc_avatar_frame_key(const fc_avatar *av, int i);
 fc_rect fc_avatar_face(const fc_avatar *av, int i);
 const fc_mouth_geom *fc_avatar_mouth(const fc_avatar *av, int i);
 /* Frame i's 68 landmarks (dlib's order, frame pixels), or NULL when the avatar has none (a

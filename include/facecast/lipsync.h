@@ -35,6 +35,10 @@ typedef struct fc_patch {
   fc_rect place;  /* set by the backend: where the patch goes in the frame (even x, y, w, h) */
   uint8_t *rgb;   /* caller-owned, place.w × place.h × 3, row-major, no padding */
   uint8_t *alpha; /* caller-owned, place.w × place.h; 255 = patch, 0 = frame */
+  int i420;       /* set by the backend: 0 = rgb and alpha as above; 1 = the backend blended
+                   * already (e.g. on its GPU) and rgb holds the finished pixels of the rect as
+                   * I420 (Y place.w × place.h, then U, V (place.w/2) × (place.h/2)), which
+                   * the compositor copies; alpha is unused */
 } fc_patch;
 
 typedef struct fc_lipsync fc_lipsync;

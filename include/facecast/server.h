@@ -55,7 +55,15 @@ typedef struct fc_serve_bench {
   double cpu_per_session;   /* CPU cores used by the process per session */
   double mean_batch;        /* frames per lip-sync backend call */
   double batch_p95_ms;      /* backend call time, p95 (scheduler runs only) */
+  double gpu_util_pct;      /* the GPUs' utilisation as the driver reports it, mean over the
+                             * run and the devices; -1 without GPUs or without the driver */
+  double gpu_mem_peak_mb;   /* the GPUs' memory in use at the peak (all devices, every
+                             * process), MiB; 0 without */
   unsigned long long dropped, skipped_ticks, late_frames;
+  /* Where the CPU went, by thread (names with their digits dropped: GStreamer's streaming
+   * threads are "v:src" for video, "a:src" for audio, the worker pool's "pool-…"): the
+   * largest groups as "name 2.9 %, ..." in % of a core per session. */
+  char cpu_by_thread[256];
 } fc_serve_bench;
 
 int fc_server_bench(const fc_server_params *p, int sessions, int talking, double seconds,

@@ -74,6 +74,10 @@ uint32_t fc_stream_interrupt(fc_stream *s);
 
 /* Frames that pending speech will still make (produced-but-not-taken ones included). */
 int64_t fc_stream_pending_frames(const fc_stream *s);
+/* Whether fc_stream_next_frame would give a frame now (1) or answer FC_EAGAIN/FC_EEOF (0):
+ * pending frames minus those that wait for more streamed audio (a mel window looks 200 ms
+ * ahead). */
+int fc_stream_producible(const fc_stream *s);
 
 /* Frames taken so far plus fc_stream_pending_frames: the length of an offline stream. */
 int64_t fc_stream_frames_total(const fc_stream *s);

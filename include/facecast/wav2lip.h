@@ -77,6 +77,40 @@ int fc_w2l_infer(fc_w2l *m, const float *mel, const float *faces, float *out, in
 int fc_w2l_infer_u8(fc_w2l *m, const float *mel, const unsigned char *crops, unsigned char *out,
                     int batch);
 
+/* Lip-sync with compositing (the engine's path): per job, the face box of an avatar frame is
+ * resized to 96×96, run through the network with its mel window, and the output is resized back
+ * over the box's lower part (rows y0..box_h-1, "the patch rect"), blended into the frame's own
+ * pixels there and converted to I420 — all on the model's device, so on a GPU only the
+ * finished I420 rect comes back (and the avatar's pixels are sent once per key, then kept).
+ *
+ * Blend mask: transparent above 45 % of the box height, opaque from 60 % (linear between),
+ * fading out over the last 5 % of the height and over 8 % of the width at either side, so only
+ * mouth and jaw change. Resizing is bilinear with 8-bit weights, I420 is BT.601 limited range
+ * (as libyuv) with 2×2-averaged chroma and mask; the C reference (every device but "cuda") and
+ * the CUDA kernels share this arithmetic and give the same bytes for the same network output. */
+typedef struct fc_w2l_job {
+  unsigned long long key; /* the source pixels' identity, never 0: equal keys, equal pixels
+                           * (fc_avatar_frame_key); a GPU keeps each key's pixels resident */
+  int box_w, box_h;       /* the face box, even, 2..2048 */
+  int y0;                 /* first row of the patch rect in the box: even, 0 <= y0 < box_h */
+  const unsigned char *rgb; /* the face box as RGB bytes, rgb_stride apart */
+  int rgb_stride;
+  const float *mel;         /* this frame's mel window, 80 × 16 */
+  unsigned char *out;       /* box_w × (box_h - y0) I420 (Y, then U, V at half size): the
+                             * frame's own pixels there when base() is called for this job (the
+                             * blend's background), the finished pixels when the call returns */
+} fc_w2l_job;
+
+/* Asks the caller for job j's background: write the frame's I420 of the patch rect into
+ * jobs[j].out. Called only while fc_w2l_composite runs, for every job on the CPU and for keys
+ * not yet resident on a GPU. 0, or an error that fc_w2l_composite returns. */
+typedef int (*fc_w2l_base_fn)(void *user, int j);
+
+/* Runs n jobs (any n >= 1: batches of max_batch; on "cuda" padded up to a power of two). 0,
+ * FC_EINVAL (bad job), the base callback's error, or the errors of fc_w2l_infer_u8; on an error
+ * the outputs are undefined. */
+int fc_w2l_composite(fc_w2l *m, const fc_w2l_job *jobs, int n, fc_w2l_base_fn base, void *user);
+
 /* For benchmarks: runs the network again on the inputs of the previous infer call, leaving the
  * result on the device: the model alone, as the PyTorch anchors time it (tensors resident).
  * FC_EINVAL before any infer call of that batch size. */

@@ -35,7 +35,14 @@ struct fc_avatar {
   fc_point *landmarks; /* 68 per frame, or NULL (a photo when the shape model is not installed) */
   fc_mouth_geom *mouths;
   fc_rect source_face;
+  uint64_t serial; /* process-unique, for fc_avatar_frame_key */
 };
+
+/* Serials start at 1 so that no frame key is 0. */
+static uint64_t next_serial(void) {
+  static _Atomic uint64_t counter;
+  return ++counter;
+}
 
 fc_avatar_params fc_avatar_params_default(void) {
   return (fc_avatar_params){.width = 512, .height = 512, .framing = FC_FRAMING_AUTO};
@@ -288,6 +295,7 @@ fc_avatar *fc_avatar_create_from_image(const char *path, const fc_avatar_params 
   }
 
   if (!(av = calloc(1, sizeof *av))) goto oom;
+  av->serial = next_serial();
   av->w = p->width;
   av->h = p->height;
   av->n_frames = 1;
@@ -354,6 +362,7 @@ fc_avatar *fc_avatar_open_pack(const char *path_or_id, int *err) {
   int e = FC_OK;
   if ((e = fc_avatar_pack_path(NULL, path_or_id, path, sizeof path))) goto fail;
   if (!(av = calloc(1, sizeof *av))) goto oom;
+  av->serial = next_serial();
   if (!(av->pack = fc_pack_open(path, &e))) {
     if (e == FC_ENOTFOUND && !strchr(path_or_id, '/'))
       e = fc_error_set(FC_ENOTFOUND, "avatar '%s' not found (facecast avatar list)", path_or_id);
@@ -445,6 +454,26 @@ int fc_avatar_copy_i420(const fc_avatar *av, int i, uint8_t *dst) {
   if (av->pack) return fc_pack_copy_i420(av->pack, av->first + k, dst);
   memcpy(dst, av->i420[k], (size_t)av->w * av->h * 3 / 2);
   return FC_OK;
+}
+int fc_avatar_copy_i420_rect(const fc_avatar *av, int i, fc_rect r, uint8_t *dst) {
+  int k = ping_pong(i, av->n_frames);
+  if (r.x < 0 || r.y < 0 || r.w < 2 || r.h < 2 || r.x + r.w > av->w || r.y + r.h > av->h ||
+      (r.x | r.y | r.w | r.h) & 1)
+    return fc_error_set(FC_EINVAL, "rectangle %dx%d+%d+%d outside the %dx%d frame or odd", r.w,
+                        r.h, r.x, r.y, av->w, av->h);
+  if (av->pack) return fc_pack_copy_i420_rect(av->pack, av->first + k, r, dst);
+  const uint8_t *y = av->i420[k], *u = y + (size_t)av->w * av->h, *v = u + (size_t)av->w * av->h / 4;
+  for (int j = 0; j < r.h; j++) memcpy(dst + (size_t)j * r.w, y + (size_t)(r.y + j) * av->w + r.x, r.w);
+  uint8_t *du = dst + (size_t)r.w * r.h, *dv = du + (size_t)r.w * r.h / 4;
+  for (int j = 0; j < r.h / 2; j++) {
+    size_t so = (size_t)(r.y / 2 + j) * (av->w / 2) + r.x / 2, d = (size_t)j * (r.w / 2);
+    memcpy(du + d, u + so, r.w / 2);
+    memcpy(dv + d, v + so, r.w / 2);
+  }
+  return FC_OK;
+}
+uint64_t fc_avatar_frame_key(const fc_avatar *av, int i) {
+  return av->serial << 24 | (uint64_t)ping_pong(i, av->n_frames);
 }
 fc_rect fc_avatar_face(const fc_avatar *av, int i) { return av->faces[ping_pong(i, av->n_frames)]; }
 const fc_mouth_geom *fc_avatar_mouth(const fc_avatar *av, int i) {

@@ -37,6 +37,14 @@ static void bench_usage(FILE *f) {
 /* bench serve: for each session count, N live sessions (NULL outputs: encoders into
  * fakesinks) with the real pacer and workers; prints final fps, lateness and CPU, and the
  * largest N that holds 25 fps with p99 lateness <= 40 ms. */
+/* A GPU reading as table text ("-" without one); two rotating buffers per kind. */
+static const char *gpu_cell(double v, const char *unit, int which) {
+  static char buf[2][32];
+  if (v < 0) return "-";
+  snprintf(buf[which], sizeof buf[which], "%.0f%s", v, unit);
+  return buf[which];
+}
+
 /* bench serve --out PREFIX: PREFIX.json (every point), PREFIX.md (the table) and PREFIX.svg
  * (final fps and p99 lateness against sessions, the 25 fps and 40 ms lines drawn). */
 static int write_serve_report(const char *prefix, const fc_server_params *sp, const char *model,
@@ -51,21 +59,25 @@ static int write_serve_report(const char *prefix, const fc_server_params *sp, co
           model, device, mode, talking, best);
   for (int i = 0; i < n; i++)
     fprintf(f, "%s{\"sessions\":%d,\"final_fps\":%.2f,\"late_p50_ms\":%.2f,\"late_p99_ms\":%.2f,"
-            "\"cpu_per_session\":%.4f,\"mean_batch\":%.2f,\"batch_p95_ms\":%.3f,\"dropped\":%llu}",
+            "\"cpu_per_session\":%.4f,\"mean_batch\":%.2f,\"batch_p95_ms\":%.3f,\"dropped\":%llu,"
+            "\"gpu_util_pct\":%.1f,\"gpu_mem_peak_mb\":%.0f}",
             i ? "," : "", r[i].sessions, r[i].final_fps, r[i].late_p50_ms, r[i].late_p99_ms,
-            r[i].cpu_per_session, r[i].mean_batch, r[i].batch_p95_ms, r[i].dropped);
+            r[i].cpu_per_session, r[i].mean_batch, r[i].batch_p95_ms, r[i].dropped,
+            r[i].gpu_util_pct, r[i].gpu_mem_peak_mb);
   fprintf(f, "]}\n");
   fclose(f);
   snprintf(path, sizeof path, "%s.md", prefix);
   if (!(f = fopen(path, "w"))) return fc_error_set(FC_EIO, "%s: cannot write", path);
   fprintf(f, "%dx%d, %s on %s, %s batches, %.0f %% talking: %d sessions hold 25 fps with p99 "
           "lateness <= 40 ms\n\n| sessions | final fps | p50 late ms | p99 late ms | CPU/session | "
-          "frames/batch | dropped |\n|---|---|---|---|---|---|---|\n", sp->width, sp->height, model,
+          "frames/batch | GPU util | GPU memory | dropped |\n|---|---|---|---|---|---|---|---|---|\n",
+          sp->width, sp->height, model,
           device, mode, talking * 100, best);
   for (int i = 0; i < n; i++)
-    fprintf(f, "| %d | %.2f | %.2f | %.2f | %.1f %% | %.1f | %llu |\n", r[i].sessions,
+    fprintf(f, "| %d | %.2f | %.2f | %.2f | %.1f %% | %.1f | %s | %s | %llu |\n", r[i].sessions,
             r[i].final_fps, r[i].late_p50_ms, r[i].late_p99_ms, r[i].cpu_per_session * 100,
-            r[i].mean_batch, r[i].dropped);
+            r[i].mean_batch, gpu_cell(r[i].gpu_util_pct, " %", 0),
+            gpu_cell(r[i].gpu_util_pct < 0 ? -1 : r[i].gpu_mem_peak_mb, " MiB", 1), r[i].dropped);
   fclose(f);
   snprintf(path, sizeof path, "%s.svg", prefix);
   if (!(f = fopen(path, "w"))) return fc_error_set(FC_EIO, "%s: cannot write", path);
@@ -170,7 +182,8 @@ static int bench_serve(int argc, char **argv) {
   const char *mode = sp.solo_batches ? "solo" : "cross-session";
   if (!json)
     printf("bench serve: %dx%d, %s on %s, %s batches, x264 %s, %.0f %% talking, %.0f s per point\n"
-           "sessions  final fps  p50 late ms  p99 late ms  CPU/session  batch  dropped  holds\n",
+           "sessions  final fps  p50 late ms  p99 late ms  CPU/session  batch  GPU %%  GPU MiB  "
+           "dropped  holds\n",
            sp.width, sp.height, model, device, mode, sp.x264_preset ? sp.x264_preset : "superfast",
            talking * 100, seconds);
   int best = 0;
@@ -186,14 +199,17 @@ static int bench_serve(int argc, char **argv) {
              "\"final_fps\":%.2f,\"late_p50_ms\":%.2f,\"late_p99_ms\":%.2f,"
              "\"cpu_per_session\":%.4f,\"dropped\":%llu,\"skipped_ticks\":%llu,"
              "\"late_frames\":%llu,\"mean_batch\":%.2f,\"batch_p95_ms\":%.3f,"
-             "\"model\":\"%s\",\"device\":\"%s\",\"batching\":\"%s\",\"holds\":%s}\n",
+             "\"gpu_util_pct\":%.1f,\"gpu_mem_peak_mb\":%.0f,\"model\":\"%s\",\"device\":\"%s\",\"batching\":\"%s\",\"holds\":%s}\n",
              r.sessions, r.talking, sp.width, sp.height, r.final_fps, r.late_p50_ms,
              r.late_p99_ms, r.cpu_per_session, r.dropped, r.skipped_ticks, r.late_frames,
-             r.mean_batch, r.batch_p95_ms, model, device, mode, holds ? "true" : "false");
+             r.mean_batch, r.batch_p95_ms, r.gpu_util_pct, r.gpu_mem_peak_mb, model, device,
+             mode, holds ? "true" : "false");
     else
-      printf("%8d  %9.2f  %11.2f  %11.2f  %10.1f%%  %5.1f  %7llu  %s\n", r.sessions, r.final_fps,
-             r.late_p50_ms, r.late_p99_ms, r.cpu_per_session * 100, r.mean_batch, r.dropped,
-             holds ? "yes" : "no");
+      printf("%8d  %9.2f  %11.2f  %11.2f  %10.1f%%  %5.1f  %5s  %7s  %7llu  %s\n", r.sessions,
+             r.final_fps, r.late_p50_ms, r.late_p99_ms, r.cpu_per_session * 100, r.mean_batch,
+             gpu_cell(r.gpu_util_pct, "", 0), gpu_cell(r.gpu_util_pct < 0 ? -1 : r.gpu_mem_peak_mb, "", 1),
+             r.dropped, holds ? "yes" : "no");
+    if (!json && r.cpu_by_thread[0]) printf("          CPU by thread: %s\n", r.cpu_by_thread);
     fflush(stdout);
   }
   if (json) printf("{\"bench\":\"serve\",\"max_sessions_holding\":%d}\n", best);

@@ -24,17 +24,28 @@ int fc_compose_i420(const fc_avatar *av, int frame, const fc_patch *patch, uint8
   if (r.x < 0 || r.y < 0 || r.x + r.w > w || r.y + r.h > h || (r.x | r.y | r.w | r.h) & 1)
     return fc_error_set(FC_EINVAL, "patch %dx%d+%d+%d outside the %dx%d frame or odd", r.w, r.h,
                         r.x, r.y, w, h);
+  uint8_t *y = dst, *u = dst + ysz, *v = u + ysz / 4;
+  int cw = r.w / 2, ch = r.h / 2, hw = w / 2;
+  if (patch->i420) { /* finished pixels (blended on the backend's device): copy the rect */
+    const uint8_t *sy = patch->rgb, *su = sy + (size_t)r.w * r.h, *sv = su + (size_t)cw * ch;
+    for (int j = 0; j < r.h; j++)
+      memcpy(y + (size_t)(r.y + j) * w + r.x, sy + (size_t)j * r.w, r.w);
+    for (int j = 0; j < ch; j++) {
+      size_t o = (size_t)(r.y / 2 + j) * hw + r.x / 2;
+      memcpy(u + o, su + (size_t)j * cw, cw);
+      memcpy(v + o, sv + (size_t)j * cw, cw);
+    }
+    return FC_OK;
+  }
   /* the patch as I420 in scratch: Y r.w×r.h, then U, V (r.w/2)×(r.h/2) */
   uint8_t *py = scratch, *pu = py + (size_t)r.w * r.h, *pv = pu + (size_t)(r.w / 2) * (r.h / 2);
   RAWToI420(patch->rgb, r.w * 3, py, r.w, pu, r.w / 2, pv, r.w / 2, r.w, r.h);
   const uint8_t *al = patch->alpha;
-  uint8_t *y = dst, *u = dst + ysz, *v = u + ysz / 4;
   for (int j = 0; j < r.h; j++) {
     uint8_t *o = y + (size_t)(r.y + j) * w + r.x;
     const uint8_t *p = py + (size_t)j * r.w, *a = al + (size_t)j * r.w;
     for (int i = 0; i < r.w; i++) o[i] = mix(p[i], o[i], a[i]);
   }
-  int cw = r.w / 2, ch = r.h / 2, hw = w / 2;
   for (int j = 0; j < ch; j++) {
     uint8_t *ou = u + (size_t)(r.y / 2 + j) * hw + r.x / 2, *ov = v + (size_t)(r.y / 2 + j) * hw + r.x / 2;
     const uint8_t *su = pu + (size_t)j * cw, *sv = pv + (size_t)j * cw;

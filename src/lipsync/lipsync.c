@@ -49,6 +49,7 @@ size_t fc_lipsync_patch_capacity(fc_lipsync *ls, const fc_avatar *av) {
 
 int fc_lipsync_run(fc_lipsync *ls, const fc_lipsync_req *reqs, fc_patch *out, int n) {
   if (n < 0 || (n > 0 && (!reqs || !out))) return fc_error_set(FC_EINVAL, "lipsync: bad batch");
+  for (int k = 0; k < n; k++) out[k].i420 = 0; /* a backend that blends itself says so */
   return n ? ls->be->run(ls->state, reqs, out, n) : FC_OK;
 }
 

@@ -2,13 +2,17 @@
  * FC_LIVE_NULL outputs instead of browsers, so it measures everything the server does per
  * session except the network. Talking sessions are kept fed with speech (a paragraph of TTS,
  * pushed again whenever less than 4 s is pending). */
+#include "core/gpustat.h"
 #include "facecast/error.h"
 #include "facecast/tts.h"
 #include "server/internal.h"
 
+#include <dirent.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 static const char *paragraph =
     "Good evening. Here is the news at the top of the hour. The engine speaks with a human "
@@ -19,7 +23,94 @@ typedef struct bench_ctx {
   fc_session **s;
   int n, talking;
   fc_speech sp;
+  /* GPU readings during the measured window (4 a second on the main loop) */
+  fc_gpustat *gpu;
+  double util_sum;
+  int util_n;
+  unsigned long long mem_peak;
 } bench_ctx;
+
+/* CPU seconds of this process's threads, summed by name with digits removed. */
+#define MAX_GROUPS 32
+typedef struct tgroup {
+  char name[20];
+  double sec;
+} tgroup;
+
+static int thread_groups(tgroup *g) {
+  int n = 0;
+  DIR *d = opendir("/proc/self/task");
+  if (!d) return 0;
+  long tck = sysconf(_SC_CLK_TCK);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/self/task/%.20s/stat", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[len] = 0;
+    /* pid (comm) state ... field 14 utime, 15 stime; comm may hold spaces: split at the last ')' */
+    char *open = strchr(buf, '('), *close = strrchr(buf, ')');
+    if (!open || !close || close < open) continue;
+    char name[20];
+    int k = 0;
+    for (char *c = open + 1; c < close && k < (int)sizeof name - 1; c++)
+      if (*c < '0' || *c > '9') name[k++] = *c;
+    name[k] = 0;
+    unsigned long ut = 0, st = 0;
+    if (sscanf(close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+      continue;
+    int i = 0;
+    while (i < n && strcmp(g[i].name, name)) i++;
+    if (i == n) {
+      if (n == MAX_GROUPS) continue;
+      snprintf(g[n].name, sizeof g[n].name, "%s", name);
+      g[n++].sec = 0;
+    }
+    g[i].sec += (double)(ut + st) / tck;
+  }
+  closedir(d);
+  return n;
+}
+
+static int cmp_group(const void *a, const void *b) {
+  double x = ((const tgroup *)a)->sec, y = ((const tgroup *)b)->sec;
+  return (x < y) - (x > y);
+}
+
+/* after - before, the largest groups first, as text in % of a core per session. */
+static void describe_groups(tgroup *after, int na, const tgroup *before, int nb, double wall,
+                            int sessions, char *out, size_t cap) {
+  for (int i = 0; i < na; i++)
+    for (int j = 0; j < nb; j++)
+      if (!strcmp(after[i].name, before[j].name)) after[i].sec -= before[j].sec;
+  qsort(after, (size_t)na, sizeof *after, cmp_group);
+  size_t len = 0;
+  out[0] = 0;
+  for (int i = 0; i < na && i < 6 && len < cap; i++) {
+    double pct = after[i].sec / wall / sessions * 100;
+    if (pct < 0.05) break;
+    len += (size_t)snprintf(out + len, cap - len, "%s%s %.1f %%", i ? ", " : "", after[i].name, pct);
+  }
+}
+
+static gboolean read_gpus(gpointer data) {
+  bench_ctx *b = data;
+  unsigned long long mem = 0;
+  for (int k = 0; k < b->srv->n_devs; k++) {
+    unsigned util;
+    unsigned long long used;
+    if (b->srv->devs[k].gpu < 0 || fc_gpustat_read(b->gpu, b->srv->devs[k].gpu, &util, &used))
+      continue;
+    b->util_sum += util, b->util_n++;
+    mem += used;
+  }
+  if (mem > b->mem_peak) b->mem_peak = mem;
+  return G_SOURCE_CONTINUE;
+}
 
 static gboolean top_up(gpointer data) {
   bench_ctx *b = data;
@@ -102,16 +193,28 @@ int fc_server_bench(const fc_server_params *p, int sessions, int talking, double
     if (fc_sched_stats_get(srv->sched, k, &ss) == 0) sb0 += ss.batches, sf0 += ss.frames;
   }
   uint64_t solo_c0 = srv->solo_calls, solo_f0 = srv->solo_frames;
+  g_mutex_lock(&srv->stat_lock);
   srv->late_n = 0;
   srv->late_cap = cap;
   srv->late_samples = samples;
+  g_mutex_unlock(&srv->stat_lock);
+  int gerr, any_gpu = 0;
+  for (int k = 0; k < srv->n_devs; k++) any_gpu |= srv->devs[k].gpu >= 0;
+  guint tg = 0;
+  if (any_gpu && (b.gpu = fc_gpustat_open(&gerr))) tg = g_timeout_add(250, read_gpus, &b);
+  tgroup g0[MAX_GROUPS], g1[MAX_GROUPS];
+  int ng0 = thread_groups(g0);
   double c0 = cpu_seconds();
   gint64 w0 = g_get_monotonic_time();
   g_timeout_add((guint)(seconds * 1000), stop_loop, srv->loop);
   g_main_loop_run(srv->loop);
   double wall = (g_get_monotonic_time() - w0) / 1e6;
   double cpu = cpu_seconds() - c0;
+  int ng1 = thread_groups(g1);
+  describe_groups(g1, ng1, g0, ng0, wall, sessions, out->cpu_by_thread, sizeof out->cpu_by_thread);
+  g_mutex_lock(&srv->stat_lock);
   srv->late_samples = NULL;
+  g_mutex_unlock(&srv->stat_lock);
   if (srv->sched) { /* over every device; p95 is the worst device's */
     uint64_t sb1 = 0, sf1 = 0;
     for (int k = 0; k < srv->n_devs; k++) {
@@ -132,6 +235,9 @@ int fc_server_bench(const fc_server_params *p, int sessions, int talking, double
     drop1 += st0->frames_dropped;
   }
   g_source_remove(t1);
+  if (tg) g_source_remove(tg);
+  out->gpu_util_pct = b.util_n ? b.util_sum / b.util_n : -1;
+  out->gpu_mem_peak_mb = (double)b.mem_peak / 1048576.0;
   size_t n = srv->late_n;
   qsort(samples, n, sizeof *samples, cmp_float);
   out->sessions = sessions;
@@ -152,6 +258,7 @@ done:
       fc_session_unref(b.s[i]);
     }
   g_free(b.s);
+  fc_gpustat_close(b.gpu);
   fc_speech_free(&b.sp);
   fc_server_destroy(srv);
   return err;

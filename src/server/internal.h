@@ -11,9 +11,12 @@
  *    sessions, one backend call at a time;
  *  - pacer thread: every 40 ms takes one frame per session (ready queue, else produced late on
  *    the spot, else an idle frame) and pushes it to the live output and the recorder.
- * Locks: srv->lock guards the session table; s->lock guards a session's stream and ready queue;
- * s->out_lock guards its live output and recorder (the pacer only try-locks it, so closing a
- * session never stalls the other sessions' frames). Sessions are reference counted; the table
+ * Locks: srv->lock guards the session table; s->lock guards a session's stream (held while a
+ * worker produces frames, which includes waiting for the lip-sync batch); s->q_lock guards its
+ * ready queue and is only ever held for a few instructions; s->out_lock guards its live output
+ * and recorder. Order: s->lock before s->q_lock. The pacer never waits for a session: it takes
+ * q_lock (brief) and only try-locks s->lock and out_lock, so one session's production or
+ * closing never stalls the other sessions' frames. Sessions are reference counted; the table
  * holds one reference. */
 #ifndef FC_SERVER_INTERNAL_H
 #define FC_SERVER_INTERNAL_H
@@ -70,10 +73,12 @@ typedef struct fc_server {
    * device's backend through these arrays (max batch long). */
   struct fc_server_device {
     fc_lipsync *ls;
+    int gpu; /* N of "cuda[:N]", else -1 (for the benchmark's GPU readings) */
     fc_lipsync_req *b_reqs;
     fc_patch *b_patches;
   } devs[FC_SERVER_MAX_DEVICES];
   int n_devs, b_cap;
+  int gpu; /* the lip-sync devices are GPUs: a frame costs a batch's round trip, not CPU work */
 
   GMutex lock;            /* sessions table */
   GHashTable *sessions;   /* id → fc_session* (one reference) */
@@ -82,15 +87,20 @@ typedef struct fc_server {
 
   struct fc_avatar_tasks *avatar_tasks; /* avatars.c */
 
-  GThread *pacer;
+  /* Pacer threads: each paces the sessions whose shard is its index (pacer.c). */
+  struct fc_pacer *pacers;
+  int n_pacers;
+  gint next_shard;
   gint stopping;
-  int pacer_realtime; /* the pacer got SCHED_RR */
-  fc_session **tick; /* the pacer's per-tick snapshot, max_sessions long */
+  int pacer_realtime; /* the pacers got SCHED_RR */
+  GMutex stat_lock;   /* the pacers' shared counters below */
 
-  /* Pacer-written counters, read by /metrics (64-bit aligned loads are atomic here). */
+  /* Pacer-written counters (under stat_lock), read by /metrics (64-bit aligned loads are
+   * atomic here). */
   uint64_t late_hist[FC_LATE_BUCKETS + 1];
   double late_sum_ms;
   uint64_t frames_out, frames_idle, frames_late, frames_dropped, ticks_skipped;
+  uint64_t ticks_busy; /* a session sent nothing: its stream was busy producing (pacer only) */
   uint64_t sessions_created, sessions_rejected;
   /* Benchmarks only: every frame's lateness in ms (preallocated; NULL otherwise). */
   float *late_samples;
@@ -103,13 +113,18 @@ struct fc_session {
   fc_avatar *avatar; /* the session's: srv->avatar, or one from srv->avatar_cache (referenced) */
   char id[24];
   int whep;
+  int shard; /* the pacer thread that sends its frames */
 
-  GMutex lock;
+  GMutex lock;        /* the stream (and closed) */
   fc_stream *stream;
+  int closed;
+  gint pending;       /* atomic: the stream can make a frame now (fc_stream_producible) */
+  gint speech;        /* atomic: the stream holds speech not yet made into frames
+                       * (both set under s->lock by whoever changed that; read without it) */
+  GMutex q_lock;      /* the ready queue, fill_queued and pushed_utt */
   fc_ready_slot ready[FC_READY_FRAMES];
   int r_head, r_count, r_peeked; /* r_peeked: the head slot is being pushed by the pacer */
   int fill_queued;
-  int closed;
   uint32_t pushed_utt; /* utterance whose first frame the pacer pushed and last not yet */
 
   /* lip-sync through the scheduler: the pulling thread waits until its requests are done */
@@ -117,6 +132,8 @@ struct fc_session {
   GMutex sched_lock;
   GCond sched_cond;
   int sched_left, sched_err;
+  char sched_detail[200]; /* the first failed request's error detail (set on the scheduler's
+                           * thread, where the detail was made) */
 
   GMutex out_lock;
   fc_live *live;
@@ -136,7 +153,7 @@ struct fc_session {
   uint64_t out_frames, infer_frames, late_frames, dropped_frames;
   int64_t log_t0;
   uint64_t log_out0, log_infer0;
-  uint64_t infer_total; /* written under s->lock by producers */
+  uint64_t infer_total; /* written under q_lock by producers */
   double infer_fps, final_fps; /* over the last 100 frames (LiveTalking's two health figures) */
 };
 
@@ -150,8 +167,12 @@ void fc_session_unref(fc_session *s);
 fc_session *fc_session_find(fc_server *srv, const char *id);
 /* Main loop: removes it from the table, stops its output, recorder, SSE and WS clients. */
 void fc_session_close(fc_session *s, const char *why);
-/* Queues a fill job unless one is queued; call with s->lock held. */
+/* After the stream changed (speech pushed): notes whether frames are pending and queues a fill
+ * job unless one is queued; call with s->lock held. */
 void fc_session_want_fill_locked(fc_session *s);
+/* Queues a fill job when speech is pending, the queue has room and none is queued; any thread
+ * (takes q_lock; s->lock may be held). */
+void fc_session_want_fill(fc_session *s);
 /* Worker: produces frames into the ready queue. The _locked form expects s->lock held. */
 void fc_session_fill(fc_session *s);
 void fc_session_fill_locked(fc_session *s, int max);

@@ -5,7 +5,7 @@
 
 const double fc_late_bounds_ms[FC_LATE_BUCKETS] = {1, 2, 5, 10, 20, 40, 80, 160};
 
-void fc_metrics_late(fc_server *srv, double ms) {
+void fc_metrics_late(fc_server *srv, double ms) { /* stat_lock held */
   int b = 0;
   while (b < FC_LATE_BUCKETS && ms > fc_late_bounds_ms[b]) b++;
   srv->late_hist[b]++;
@@ -32,7 +32,9 @@ void fc_metrics_render(fc_server *srv, GString *o) {
     t.out += s->out_frames;
     t.late += s->late_frames;
     t.dropped += s->dropped_frames;
+    g_mutex_lock(&s->q_lock);
     int depth = s->r_count;
+    g_mutex_unlock(&s->q_lock);
     g_string_append_printf(per, "facecast_session_ready_frames{session=\"%s\"} %d\n", s->id, depth);
     g_string_append_printf(per, "facecast_session_frames_total{session=\"%s\"} %llu\n", s->id,
                            (unsigned long long)s->out_frames);
@@ -62,14 +64,19 @@ void fc_metrics_render(fc_server *srv, GString *o) {
       "# TYPE facecast_final_frames_total counter\n"
       "facecast_final_frames_total %llu\n"
       "facecast_idle_frames_total %llu\n"
-      "# HELP facecast_late_frames_total Frames the pacer had to produce itself.\n"
+      "# HELP facecast_late_frames_total Frames the pacer had to produce itself or could not "
+      "send on time.\n"
       "facecast_late_frames_total %llu\n"
       "# HELP facecast_dropped_frames_total Frames an output could not take.\n"
       "facecast_dropped_frames_total %llu\n"
-      "facecast_pacer_ticks_skipped_total %llu\n",
+      "facecast_pacer_ticks_skipped_total %llu\n"
+      "# HELP facecast_pacer_ticks_busy_total Session ticks without a frame: nothing was ready "
+      "and a worker was producing.\n"
+      "facecast_pacer_ticks_busy_total %llu\n",
       (unsigned long long)t.infer, (unsigned long long)srv->frames_out,
       (unsigned long long)srv->frames_idle, (unsigned long long)srv->frames_late,
-      (unsigned long long)t.dropped, (unsigned long long)srv->ticks_skipped);
+      (unsigned long long)t.dropped, (unsigned long long)srv->ticks_skipped,
+      (unsigned long long)srv->ticks_busy);
   g_string_append(o, "# HELP facecast_frame_lateness_ms Push time minus the frame's deadline.\n"
                      "# TYPE facecast_frame_lateness_ms histogram\n");
   uint64_t cum = 0;

@@ -1,9 +1,12 @@
-/* The pacer: the one place where wall-clock time decides anything.
+/* The pacers: the one place where wall-clock time decides anything.
  *
- * Every 40 ms (absolute deadlines on CLOCK_MONOTONIC, so sleeps do not drift) it takes one
- * frame per session: the head of the session's ready queue; if that is empty while speech is
- * pending, the frame is produced here and then (counted late); if no speech is pending, the
- * idle frame (cached rest picture, silence). The frame goes to the live output and the
+ * Sessions are spread over a few pacer threads (each session keeps its shard for its
+ * lifetime). Each, every 40 ms (absolute deadlines on CLOCK_MONOTONIC, so sleeps do not
+ * drift), takes one frame per session of its shard: the head of the session's ready queue; if
+ * that is empty while speech is pending, on the CPU the frame is produced here and then
+ * (counted late) — on a GPU, or while a worker holds the session's stream, the session sends
+ * nothing this tick (counted late and busy) rather than make every other session wait; if no
+ * speech is pending, the idle frame (cached rest picture, silence). The frame goes to the live output and the
  * recorder; utterance marks become SSE events; the ready queue is topped up by a worker.
  * Lateness (push time minus the tick's deadline) feeds the histogram in /metrics.
  * Drop policy: when a whole tick finishes more than 5 frames behind schedule (the machine is
@@ -15,6 +18,7 @@
 #include "server/internal.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <sched.h>
 #include <string.h>
@@ -51,34 +55,60 @@ static void log_rates(fc_session *s, int64_t now) {
 
 #define STILL_EVERY 5 /* a still frame is sent 5 times a second */
 
+/* The ready queue's head, marked as being pushed (an interrupt keeps it); 0 when empty. */
+static int peek(fc_session *s, fc_frame_info *fi, const uint8_t **img, const int16_t **pcm) {
+  g_mutex_lock(&s->q_lock);
+  int have = s->r_count > 0;
+  if (have) {
+    fc_ready_slot *slot = &s->ready[s->r_head];
+    s->r_peeked = 1;
+    *img = slot->i420;
+    *pcm = slot->pcm;
+    *fi = slot->info;
+  }
+  g_mutex_unlock(&s->q_lock);
+  return have;
+}
+
 static void pace_one(fc_server *srv, fc_session *s, int64_t deadline) {
   const uint8_t *img;
   const int16_t *pcm;
   fc_frame_info fi;
   int from_queue = 0, late = 0, err = 0;
 
-  g_mutex_lock(&s->lock);
-  if (s->closed) {
+  if (s->closed) return; /* set once, under s->lock; a stale read costs one more frame */
+  from_queue = peek(s, &fi, &img, &pcm);
+  if (!from_queue) {
+    /* Nothing ready: the stream itself (idle frame, or on the CPU speech made here on the
+     * spot, late). A worker producing for this session holds its stream (waiting for its
+     * lip-sync batch): then this session sends nothing this tick rather than hold up every
+     * other session; so too when speech is pending on a GPU, where making a frame means
+     * waiting for a batch's round trip (the workers make it). */
+    int gpu_pending = srv->gpu && g_atomic_int_get(&s->pending);
+    if (gpu_pending) fc_session_want_fill(s);
+    if (gpu_pending || !g_mutex_trylock(&s->lock)) {
+      s->late_frames++;
+      g_mutex_lock(&srv->stat_lock);
+      srv->frames_late++;
+      srv->ticks_busy++;
+      fc_metrics_late(srv, TICK_NS / 1e6);
+      g_mutex_unlock(&srv->stat_lock);
+      return;
+    }
+    if (s->closed) {
+      g_mutex_unlock(&s->lock);
+      return;
+    }
+    if (fc_stream_pending_frames(s->stream) > 0) {
+      /* Speech is waiting but the workers have not produced it yet: make this one frame here
+       * (the workers catch up with the rest). */
+      fc_session_fill_locked(s, 1);
+      late = 1;
+      from_queue = peek(s, &fi, &img, &pcm);
+    }
+    if (!from_queue) err = fc_stream_idle_frame(s->stream, &fi, &img, &pcm);
     g_mutex_unlock(&s->lock);
-    return;
   }
-  if (!s->r_count && fc_stream_pending_frames(s->stream) > 0) {
-    /* Speech is waiting but the workers have not produced it yet: make this one frame here
-     * (the workers catch up with the rest). */
-    fc_session_fill_locked(s, 1);
-    late = 1;
-  }
-  if (s->r_count) {
-    fc_ready_slot *slot = &s->ready[s->r_head];
-    s->r_peeked = 1;
-    img = slot->i420;
-    pcm = slot->pcm;
-    fi = slot->info;
-    from_queue = 1;
-  } else {
-    err = fc_stream_idle_frame(s->stream, &fi, &img, &pcm);
-  }
-  g_mutex_unlock(&s->lock);
   if (err) {
     g_warning("session %s: no frame: %s", s->id, fc_error_detail(err));
     return;
@@ -99,7 +129,7 @@ static void pace_one(fc_server *srv, fc_session *s, int64_t deadline) {
     s->dropped_frames++; /* the output is being torn down */
   }
 
-  g_mutex_lock(&s->lock);
+  g_mutex_lock(&s->q_lock);
   if (from_queue) {
     /* Marks are read after the push: an interrupt meanwhile may have cleared them. */
     fi = s->ready[s->r_head].info;
@@ -110,28 +140,36 @@ static void pace_one(fc_server *srv, fc_session *s, int64_t deadline) {
   if (fi.utt_started) s->pushed_utt = fi.utt_started;
   int ended = fi.utt_ended && fi.utt_ended == s->pushed_utt;
   if (ended) s->pushed_utt = 0;
-  fc_session_want_fill_locked(s);
   s->infer_frames = s->infer_total;
-  g_mutex_unlock(&s->lock);
+  g_mutex_unlock(&s->q_lock);
+  fc_session_want_fill(s);
   if (fi.utt_started) fc_session_post_event(s, "start", fi.utt_started);
   if (ended) fc_session_post_event(s, "end", fi.utt_ended);
 
   int64_t now = now_ns();
   double ms = (now - deadline) / 1e6;
-  fc_metrics_late(srv, ms < 0 ? 0 : ms);
   s->out_frames++;
+  if (late) s->late_frames++;
+  g_mutex_lock(&srv->stat_lock);
+  fc_metrics_late(srv, ms < 0 ? 0 : ms);
   srv->frames_out++;
   if (!fi.speaking) srv->frames_idle++;
-  if (late) {
-    s->late_frames++;
-    srv->frames_late++;
-  }
+  if (late) srv->frames_late++;
+  g_mutex_unlock(&srv->stat_lock);
   if (!s->log_t0) s->log_t0 = now;
   log_rates(s, now);
 }
 
+typedef struct fc_pacer {
+  fc_server *srv;
+  int index;
+  GThread *thread;
+  fc_session **tick; /* the per-tick snapshot of its sessions, max_sessions long */
+} fc_pacer;
+
 static gpointer pacer_main(gpointer data) {
-  fc_server *srv = data;
+  fc_pacer *pc = data;
+  fc_server *srv = pc->srv;
   /* The pacer's wake-ups are the stream's timing: ask for a real-time slot above the workers
    * and encoders (where the system allows it; otherwise it runs as an ordinary thread). Its
    * work per tick is bounded: a push per session, and production only for a lagging one. */
@@ -147,41 +185,61 @@ static gpointer pacer_main(gpointer data) {
     gpointer v;
     g_hash_table_iter_init(&it, srv->sessions);
     while (n < srv->p.max_sessions && g_hash_table_iter_next(&it, NULL, &v)) {
+      if (((fc_session *)v)->shard != pc->index) continue;
       fc_session_ref(v);
-      srv->tick[n++] = v;
+      pc->tick[n++] = v;
     }
     g_mutex_unlock(&srv->lock);
     for (int i = 0; i < n; i++) {
-      pace_one(srv, srv->tick[i], deadline);
-      fc_session_unref(srv->tick[i]);
+      pace_one(srv, pc->tick[i], deadline);
+      fc_session_unref(pc->tick[i]);
     }
     int64_t behind = now_ns() - deadline;
     if (behind > 5 * TICK_NS) {
       int64_t skip = behind / TICK_NS;
+      g_mutex_lock(&srv->stat_lock);
       srv->ticks_skipped += (uint64_t)skip;
+      g_mutex_unlock(&srv->stat_lock);
       deadline += skip * TICK_NS;
     }
   }
   return NULL;
 }
 
+/* One pacer per 4 cores (at most 8): a push costs the pacer 50-100 us (a frame copied into a
+ * pooled buffer, two queue hand-offs), so one thread would spend a whole 40 ms tick on ~400
+ * sessions and the last ones would always be late. On 2-4 cores there is one. */
 int fc_pacer_start(fc_server *srv) {
-  GError *e = NULL;
-  srv->tick = g_new0(fc_session *, srv->p.max_sessions > 0 ? srv->p.max_sessions : 1);
-  srv->pacer = g_thread_try_new("fc-pacer", pacer_main, srv, &e);
-  if (!srv->pacer) {
-    int err = fc_error_set(FC_ENOMEM, "cannot start the pacer thread: %s", e->message);
-    g_error_free(e);
-    return err;
+  int n = (int)g_get_num_processors() / 4;
+  n = n < 1 ? 1 : n > 8 ? 8 : n;
+  g_mutex_init(&srv->stat_lock);
+  srv->pacers = g_new0(fc_pacer, n);
+  for (int k = 0; k < n; k++) {
+    fc_pacer *pc = &srv->pacers[k];
+    *pc = (fc_pacer){.srv = srv, .index = k};
+    pc->tick = g_new0(fc_session *, srv->p.max_sessions > 0 ? srv->p.max_sessions : 1);
+    char name[16];
+    snprintf(name, sizeof name, "fc-pacer-%d", k);
+    GError *e = NULL;
+    if (!(pc->thread = g_thread_try_new(name, pacer_main, pc, &e))) {
+      int err = fc_error_set(FC_ENOMEM, "cannot start the pacer thread: %s", e->message);
+      g_error_free(e);
+      srv->n_pacers = k;
+      fc_pacer_stop(srv);
+      return err;
+    }
+    srv->n_pacers = k + 1;
   }
   return FC_OK;
 }
 
 void fc_pacer_stop(fc_server *srv) {
-  if (!srv->pacer) return;
+  if (!srv->pacers) return;
   g_atomic_int_set(&srv->stopping, 1);
-  g_thread_join(srv->pacer);
-  srv->pacer = NULL;
-  g_free(srv->tick);
-  srv->tick = NULL;
+  for (int k = 0; k < srv->n_pacers; k++) g_thread_join(srv->pacers[k].thread);
+  for (int k = 0; k < srv->n_pacers; k++) g_free(srv->pacers[k].tick);
+  g_free(srv->pacers);
+  srv->pacers = NULL;
+  srv->n_pacers = 0;
+  g_mutex_clear(&srv->stat_lock);
 }

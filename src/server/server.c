@@ -86,8 +86,8 @@ static int device_memory(void *user, double *frac) {
 int fc_server_sched_start(fc_server *srv) {
   /* A GPU backend gains from batches across sessions; the CPU backends cost per frame, so
    * their batches stay as large as the sessions make them without waiting for others. */
-  int gpu = srv->p.device && strncmp(srv->p.device, "cuda", 4) == 0;
-  srv->b_cap = gpu ? 64 : 16;
+  int gpu = srv->gpu;
+  srv->b_cap = gpu ? 128 : 16;
   fc_sched_device dev[FC_SERVER_MAX_DEVICES];
   for (int k = 0; k < srv->n_devs; k++) {
     srv->devs[k].b_reqs = g_new0(fc_lipsync_req, srv->b_cap);
@@ -149,6 +149,7 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
     srv->avatar = fc_avatar_create_from_image(srv->p.avatar ? srv->p.avatar : fc_avatar_default_path(),
                                               &ap, err);
   if (!srv->avatar) goto fail;
+  srv->gpu = srv->p.device && strncmp(srv->p.device, "cuda", 4) == 0;
   /* --device A,B,...: one backend per device (the same model on each) */
   gchar **names = g_strsplit(srv->p.device ? srv->p.device : "cpu", ",", -1);
   for (int k = 0; names[k]; k++) {
@@ -164,6 +165,7 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
       g_strfreev(names);
       goto fail;
     }
+    srv->devs[k].gpu = strncmp(names[k], "cuda", 4) ? -1 : names[k][4] == ':' ? atoi(names[k] + 5) : 0;
     srv->n_devs = k + 1;
   }
   g_strfreev(names);

@@ -10,7 +10,10 @@
 static void lipsync_done(void *user, fc_sched_req *req, int status) {
   fc_session *s = user;
   g_mutex_lock(&s->sched_lock);
-  if (status && !s->sched_err) s->sched_err = status;
+  if (status && !s->sched_err) {
+    s->sched_err = status;
+    snprintf(s->sched_detail, sizeof s->sched_detail, "%s", fc_error_detail(status));
+  }
   s->sched_left--;
   g_cond_broadcast(&s->sched_cond);
   g_mutex_unlock(&s->sched_lock);
@@ -25,16 +28,19 @@ int fc_session_lipsync(void *session, const fc_lipsync_req *reqs, fc_patch *out,
   /* Deadlines: the frame after the ones already waiting for the pacer, 40 ms apart. An
    * approximation of the pacer's clock, good enough to order sessions by urgency. */
   int64_t now = fc_sched_now_ns();
+  g_mutex_lock(&s->q_lock);
+  int ahead = s->r_count;
+  g_mutex_unlock(&s->q_lock);
   g_mutex_lock(&s->sched_lock);
   s->sched_left = 0, s->sched_err = 0;
   int err = 0;
   for (int i = 0; i < n && !err; i++) {
     w[i] = (fc_lipsync_work){&reqs[i], &out[i]};
-    int64_t due = now + (int64_t)(s->r_count + 1 + i) * 40000000;
+    int64_t due = now + (int64_t)(ahead + 1 + i) * 40000000;
     if (!(err = fc_sched_submit(s->client, due, &w[i]))) s->sched_left++;
   }
   while (s->sched_left > 0) g_cond_wait(&s->sched_cond, &s->sched_lock);
-  if (!err) err = s->sched_err;
+  if (!err && s->sched_err) err = fc_error_set(s->sched_err, "%s", s->sched_detail);
   g_mutex_unlock(&s->sched_lock);
   (void)info;
   return err;
@@ -69,7 +75,9 @@ fc_session *fc_session_new(fc_server *srv, fc_avatar *av, int *err) {
   s->refs = 1;
   s->srv = srv;
   s->avatar = av;
+  s->shard = (int)((guint)g_atomic_int_add(&srv->next_shard, 1) % (guint)(srv->n_pacers > 0 ? srv->n_pacers : 1));
   g_mutex_init(&s->lock);
+  g_mutex_init(&s->q_lock);
   g_mutex_init(&s->out_lock);
   s->state = FC_LIVE_CONNECTING;
   g_mutex_init(&s->sched_lock);
@@ -80,10 +88,12 @@ fc_session *fc_session_new(fc_server *srv, fc_avatar *av, int *err) {
                          .lipsync = srv->lipsync,
                          .run = srv->sched ? fc_session_lipsync : solo_lipsync,
                          .run_user = s,
-                         /* One frame per lip-sync call: the pacer's fallback (a frame the
-                          * workers have not made yet) then costs one frame, not a batch.
-                          * Batching across sessions is the device scheduler's job. */
-                         .batch = srv->sched ? 1 : 16,
+                         /* On the CPU one frame per lip-sync call: the pacer's fallback (a
+                          * frame the workers have not made yet) then costs one frame, not a
+                          * batch; batching across sessions is the device scheduler's job. On
+                          * a GPU a call is a round trip through a batch whatever its size, so
+                          * a worker asks for a ready queue's worth at once. */
+                         .batch = !srv->sched ? 16 : srv->gpu ? FC_READY_FRAMES : 1,
                          .max_pending = (size_t)120 * FC_SAMPLE_RATE};
   if (!(s->stream = fc_stream_create(&sp, err))) goto fail;
   size_t fsz = (size_t)fc_avatar_width(av) * fc_avatar_height(av) * 3 / 2;
@@ -127,6 +137,7 @@ void fc_session_unref(fc_session *s) {
   for (int i = 0; i < FC_READY_FRAMES; i++) free(s->ready[i].i420);
   fc_server_avatar_put(s->srv, s->avatar);
   g_mutex_clear(&s->lock);
+  g_mutex_clear(&s->q_lock);
   g_mutex_clear(&s->out_lock);
   g_free(s);
 }
@@ -140,19 +151,47 @@ fc_session *fc_session_find(fc_server *srv, const char *id) {
   return s;
 }
 
-void fc_session_want_fill_locked(fc_session *s) {
-  if (s->fill_queued || s->closed || s->r_count >= FC_READY_FRAMES) return;
-  if (fc_stream_pending_frames(s->stream) <= 0) return;
+static void note_pending_locked(fc_session *s) {
+  g_atomic_int_set(&s->pending, fc_stream_producible(s->stream));
+  g_atomic_int_set(&s->speech, fc_stream_pending_frames(s->stream) > 0);
+}
+
+void fc_session_want_fill(fc_session *s) {
+  if (!g_atomic_int_get(&s->pending)) return;
+  g_mutex_lock(&s->q_lock);
+  int want = !s->fill_queued && s->r_count < FC_READY_FRAMES;
+  if (want) s->fill_queued = 1;
+  g_mutex_unlock(&s->q_lock);
+  if (!want) return;
   fc_job *j = g_new0(fc_job, 1);
   j->kind = FC_JOB_FILL;
   j->s = s;
   fc_session_ref(s);
-  s->fill_queued = 1;
-  if (fc_job_push(s->srv, j)) s->fill_queued = 0;
+  if (fc_job_push(s->srv, j)) {
+    g_mutex_lock(&s->q_lock);
+    s->fill_queued = 0;
+    g_mutex_unlock(&s->q_lock);
+  }
 }
 
+void fc_session_want_fill_locked(fc_session *s) {
+  note_pending_locked(s);
+  if (!s->closed) fc_session_want_fill(s);
+}
+
+/* Production holds the stream lock (s->lock) throughout, waiting for the lip-sync batch
+ * included; the ready queue is touched under q_lock only to find the free slot and to publish
+ * the frame. The copy in between needs no lock: only this producer writes that slot (the
+ * stream lock makes it the only one), the pacer reads only slots counted in r_count, and an
+ * interrupt (which shortens the queue) needs the stream lock too. */
 void fc_session_fill_locked(fc_session *s, int max) {
-  for (int made = 0; made < max && !s->closed && s->r_count < FC_READY_FRAMES; made++) {
+  size_t fsz = (size_t)fc_avatar_width(s->avatar) * fc_avatar_height(s->avatar) * 3 / 2;
+  for (int made = 0; made < max && !s->closed; made++) {
+    g_mutex_lock(&s->q_lock);
+    int room = s->r_count < FC_READY_FRAMES;
+    fc_ready_slot *slot = &s->ready[(s->r_head + s->r_count) % FC_READY_FRAMES];
+    g_mutex_unlock(&s->q_lock);
+    if (!room) break;
     fc_frame_info fi;
     const uint8_t *img;
     const int16_t *pcm;
@@ -162,33 +201,38 @@ void fc_session_fill_locked(fc_session *s, int max) {
         g_warning("session %s: frame production failed: %s", s->id, fc_error_detail(err));
       break;
     }
-    fc_ready_slot *slot = &s->ready[(s->r_head + s->r_count) % FC_READY_FRAMES];
-    size_t fsz = (size_t)fc_avatar_width(s->avatar) * fc_avatar_height(s->avatar) * 3 / 2;
     memcpy(slot->i420, img, fsz);
     memcpy(slot->pcm, pcm, sizeof slot->pcm);
     slot->info = fi;
+    g_mutex_lock(&s->q_lock);
     s->r_count++;
     s->infer_total++;
+    g_mutex_unlock(&s->q_lock);
   }
+  note_pending_locked(s);
 }
 
 void fc_session_fill(fc_session *s) {
   g_mutex_lock(&s->lock);
   fc_session_fill_locked(s, FC_READY_FRAMES);
+  g_mutex_lock(&s->q_lock);
   s->fill_queued = 0;
+  g_mutex_unlock(&s->q_lock);
   g_mutex_unlock(&s->lock);
 }
 
 int fc_session_is_speaking(fc_session *s) {
-  g_mutex_lock(&s->lock);
-  int busy = s->r_count > 0 || fc_stream_pending_frames(s->stream) > 0;
-  g_mutex_unlock(&s->lock);
+  g_mutex_lock(&s->q_lock);
+  int busy = s->r_count > 0 || g_atomic_int_get(&s->speech);
+  g_mutex_unlock(&s->q_lock);
   return busy || s->heard != 0;
 }
 
 void fc_session_interrupt(fc_session *s) {
   g_mutex_lock(&s->lock);
   fc_stream_interrupt(s->stream);
+  note_pending_locked(s);
+  g_mutex_lock(&s->q_lock);
   uint32_t cut = s->pushed_utt;
   s->pushed_utt = 0;
   /* Keep only the slot the pacer is pushing right now, and take its utterance marks: the cut
@@ -198,6 +242,7 @@ void fc_session_interrupt(fc_session *s) {
     s->ready[s->r_head].info.utt_started = 0;
     s->ready[s->r_head].info.utt_ended = 0;
   }
+  g_mutex_unlock(&s->q_lock);
   g_mutex_unlock(&s->lock);
   if (cut) fc_session_post_event(s, "end", cut);
 }

@@ -246,6 +246,16 @@ int64_t fc_stream_pending_frames(const fc_stream *s) {
   return (int64_t)((s->len + SPF - 1) / SPF) + (s->ready - s->taken);
 }
 
+int fc_stream_producible(const fc_stream *s) {
+  if (s->taken != s->ready) return 1;
+  size_t full = s->len / SPF + (s->ended && s->len % SPF ? 1 : 0);
+  if (!full) return 0;
+  if (!s->mel || s->ended || s->len >= (size_t)(SPF + MEL_LOOKAHEAD)) return 1;
+  for (size_t u = 0; u < s->n_utt; u++) /* an utterance's mel is computed whole */
+    if (s->utt[u].start <= 0 && s->utt[u].end > 0) return 1;
+  return 0;
+}
+
 int64_t fc_stream_frames_total(const fc_stream *s) {
   return s->next_index + (int64_t)((s->len + SPF - 1) / SPF);
 }
@@ -330,10 +340,13 @@ static int produce(fc_stream *s) {
     s->reqs[i].avatar = s->av;
     s->reqs[i].frame = (int)(fi->index % (1 << 30));
     s->reqs[i].mel = s->mel ? s->mel_win + (size_t)i * FC_MEL_BANDS * FC_MEL_WINDOW : NULL;
-    /* Inside an utterance the phonemes say what the mouth does; elsewhere the audio does. */
+    /* Inside an utterance the phonemes say what the mouth does; elsewhere the audio does. A
+     * backend that takes mel windows (a neural one) makes the mouth from them and ignores the
+     * shape, so its sessions skip the tracker (four FFTs a frame). */
     int in_utt = cur != NULL;
-    s->reqs[i].mouth = fc_viseme_tracker_push(&s->tracker, s->frame_pcm, 0, in_utt ? s->ph : NULL,
-                                              in_utt ? s->n_ph : 0);
+    if (!s->mel)
+      s->reqs[i].mouth = fc_viseme_tracker_push(&s->tracker, s->frame_pcm, 0,
+                                                in_utt ? s->ph : NULL, in_utt ? s->n_ph : 0);
     consume_frame(s);
   }
   if (k <= 0) return 0;
@@ -412,15 +425,16 @@ int fc_stream_idle_frame(fc_stream *s, fc_frame_info *info, const uint8_t **i420
     *pcm = s->silence;
   } else {
     if (!s->rest) {
-      /* A photo's rest picture: what the backend draws for a closed mouth (a smiling photo
-       * shows teeth), made once. */
+      /* A photo's rest picture, made once: what the backend draws for a closed mouth (a
+       * smiling photo shows teeth). A neural backend (one that takes mel windows) draws from
+       * speech only; at rest the photo shows as it is, as in LiveTalking. */
       size_t fsz = (size_t)fc_avatar_width(s->av) * fc_avatar_height(s->av) * 3 / 2;
       uint8_t *img = malloc(fsz);
       if (!img) return fc_error_set(FC_ENOMEM, "stream: out of memory");
       fc_lipsync_req rq = {.avatar = s->av, .frame = 0};
       fc_frame_info fi = {.index = s->next_index};
-      int err = lipsync(s, &rq, &s->patches[0], &fi, 1);
-      if (!err) err = fc_compose_i420(s->av, 0, &s->patches[0], img, s->scratch);
+      int err = s->mel ? 0 : lipsync(s, &rq, &s->patches[0], &fi, 1);
+      if (!err) err = fc_compose_i420(s->av, 0, s->mel ? NULL : &s->patches[0], img, s->scratch);
       if (err) {
         free(img);
         return err;

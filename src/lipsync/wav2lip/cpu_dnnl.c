@@ -542,4 +542,5 @@ out:
   return err;
 }
 
-const w2l_backend fc_w2l_backend_dnnl = {"cpu", dn_create, dn_destroy, dn_prepare, dn_run_op, NULL, NULL, NULL};
+const w2l_backend fc_w2l_backend_dnnl = {.name = "cpu", .create = dn_create, .destroy = dn_destroy,
+                                         .prepare = dn_prepare, .run_op = dn_run_op};

@@ -109,5 +109,5 @@ static int ref_run_op(void *state, const fc_w2l *m, int i, int batch) {
   return FC_OK;
 }
 
-const w2l_backend fc_w2l_backend_ref = {"cpu-ref", ref_create, ref_destroy, ref_prepare,
-                                        ref_run_op, NULL, NULL, NULL};
+const w2l_backend fc_w2l_backend_ref = {.name = "cpu-ref", .create = ref_create, .destroy = ref_destroy,
+                                        .prepare = ref_prepare, .run_op = ref_run_op};

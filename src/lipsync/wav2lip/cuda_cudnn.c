@@ -43,8 +43,9 @@
  * eager pass of each batch size; implies no graphs), W2L_CUDA_PROFILE=1 (cudaProfilerStart/Stop
  * around the first resident run, for `ncu --profile-from-start off`) and W2L_CUDA_DEBUG=1 (per-op algorithm and
  * output range on stderr; that one allocates, syncs and never captures). */
-#include "lipsync/wav2lip/w2l_internal.h"
+#include "lipsync/wav2lip/w2l_composite.h"
 #include "lipsync/wav2lip/w2l_cuda.h"
+#include "lipsync/wav2lip/w2l_internal.h"
 
 #include "facecast/error.h"
 
@@ -122,6 +123,7 @@ typedef struct cstate {
   float *head_w; /* the last layer (1x1, -> 3 channels) as [3][cin] fp32, for w2l_cuda_head */
   cplan *plans;
   size_t free0, peak; /* free device memory before load; peak held since (bytes) */
+  w2l_ccache *cc;     /* fc_w2l_composite's device state, made on its first call */
   /* diagnostics from the environment, read at load: W2L_CUDA_NOFUSE=1 never uses the fused
    * cuDNN call; W2L_CUDA_FIXED_ALGO=1 takes IMPLICIT_PRECOMP_GEMM / BWD_DATA_ALGO_1 instead of
    * timing the algorithms; W2L_CUDA_DEBUG=1 prints each op's algorithm and output range */
@@ -173,6 +175,7 @@ static void cuda_destroy(void *state) {
   cstate *s = state;
   if (!s) return;
   if (s->st) cudaStreamSynchronize(s->st);
+  w2l_ccache_destroy(s->cc);
   free_plans(s);
   for (int i = 0; i < s->nlayers; i++) {
     clayer *l = &s->layers[i];
@@ -626,13 +629,23 @@ static int enqueue(cstate *s, const fc_w2l *m, const cplan *p, int io, int batch
   size_t nface = (size_t)batch * FC_W2L_FACE_C * P, nmel = (size_t)batch * FC_W2L_MEL_H * FC_W2L_MEL_W;
   size_t ncrop = (size_t)batch * 3 * P, nout = (size_t)batch * FC_W2L_OUT_C * P;
   void *face = s->face;
+  w2l_ccache_bufs cb = {0};
+  if (io == W2L_IO_COMPOSITE) { /* the job table in; the crops made from the resident faces */
+    w2l_ccache_buffers(s->cc, &cb);
+    CU(cudaMemcpyAsync(cb.d_jobs, cb.h_jobs, sizeof(w2l_cjob) * batch, cudaMemcpyHostToDevice,
+                       s->st),
+       "upload");
+    CU((cudaError_t)w2l_cuda_crop_jobs(cb.d_src, cb.d_jobs, batch, (uint8_t *)s->d_in, s->st),
+       "crop kernel");
+  }
   if (io != W2L_IO_RESIDENT) {
-    size_t fbytes = io == W2L_IO_U8 ? ncrop : nface * sizeof(float);
-    CU(cudaMemcpyAsync(s->d_in, s->h_in, fbytes, cudaMemcpyHostToDevice, s->st), "upload");
+    size_t fbytes = io == W2L_IO_U8 ? ncrop : io == W2L_IO_F32 ? nface * sizeof(float) : 0;
+    if (fbytes)
+      CU(cudaMemcpyAsync(s->d_in, s->h_in, fbytes, cudaMemcpyHostToDevice, s->st), "upload");
     CU(cudaMemcpyAsync(s->d_in + s->mel_off, s->h_in + s->mel_off, nmel * sizeof(float),
                        cudaMemcpyHostToDevice, s->st),
        "upload");
-    if (io == W2L_IO_U8)
+    if (io != W2L_IO_F32)
       CU((cudaError_t)w2l_cuda_crops_to_input((const uint8_t *)s->d_in, face, FACE_CP, batch,
                                               FC_W2L_FACE, s->dtype, s->st),
          "input kernel");
@@ -681,7 +694,11 @@ static int enqueue(cstate *s, const fc_w2l *m, const cplan *p, int io, int batch
                                 io == W2L_IO_F32 ? NULL : s->d_out, batch, P, s->dtype, s->st),
      "output kernel");
   if (s->timing) cudaEventRecord(s->ev[m->nops], s->st);
-  if (io == W2L_IO_RESIDENT) return FC_OK;
+  if (io == W2L_IO_COMPOSITE) /* the patches, blended into their backgrounds, stay on the device */
+    CU((cudaError_t)w2l_cuda_paste_jobs((const uint8_t *)s->d_out, cb.d_src, cb.d_jobs, batch,
+                                        cb.d_out, s->st),
+       "paste kernel");
+  if (io == W2L_IO_RESIDENT || io == W2L_IO_COMPOSITE) return FC_OK;
   CU(cudaMemcpyAsync(s->h_out, s->d_out, io == W2L_IO_U8 ? ncrop : nout * sizeof(float),
                      cudaMemcpyDeviceToHost, s->st),
      "download");
@@ -741,9 +758,53 @@ static int cuda_infer(void *state, const fc_w2l *m, int io, const float *mel, co
   return FC_OK;
 }
 
+/* fc_w2l_composite on the GPU: the batch padded to its power-of-two plan, the sources made
+ * resident (cuda_composite.c), the mel windows staged; then one graph (job table in, crops,
+ * network, paste) and one copy back of exactly the finished rects. */
+static int cuda_composite(void *state, const fc_w2l *m, const fc_w2l_job *jobs, int n,
+                          fc_w2l_base_fn base, void *user, int first) {
+  cstate *s = state;
+  int nb = n, err, grew = 0;
+  while (nb & (nb - 1)) nb += nb & -nb;
+  if (nb > m->max_batch) nb = m->max_batch;
+  if ((err = cuda_prepare(s, m, nb))) return err; /* also makes the device current */
+  cplan *p = find_plan(s, nb);
+  if (!s->cc) {
+    if ((err = w2l_ccache_create(&s->cc, m->max_batch, s->st))) return err;
+    note_memory(s);
+  }
+  size_t outb = 0;
+  if ((err = w2l_ccache_resolve(s->cc, jobs, n, nb, base, user, first, &outb, &grew))) return err;
+  if (grew) { /* the output buffer moved: the composite graphs name the old one */
+    for (cplan *q = s->plans; q; q = q->next)
+      if (q->graph[W2L_IO_COMPOSITE])
+        cudaGraphExecDestroy(q->graph[W2L_IO_COMPOSITE]), q->graph[W2L_IO_COMPOSITE] = NULL;
+    note_memory(s);
+  }
+  const size_t mel = (size_t)FC_W2L_MEL_H * FC_W2L_MEL_W;
+  for (int k = 0; k < n; k++)
+    memcpy((float *)(s->h_in + s->mel_off) + k * mel, jobs[k].mel, sizeof(float) * mel);
+  int io = W2L_IO_COMPOSITE;
+  if (p->warm && !s->nograph && !p->graph[io] && !p->nograph[io]) capture(s, m, p, io, nb);
+  if (p->graph[io]) {
+    CU(cudaGraphLaunch(p->graph[io], s->st), "graph launch");
+  } else if ((err = enqueue(s, m, p, io, nb))) {
+    return err;
+  }
+  w2l_ccache_bufs cb;
+  w2l_ccache_buffers(s->cc, &cb);
+  CU(cudaMemcpyAsync(cb.h_out, cb.d_out, outb, cudaMemcpyDeviceToHost, s->st), "download");
+  CU(cudaStreamSynchronize(s->st), "composite");
+  p->warm = 1;
+  w2l_ccache_deliver(s->cc, jobs, n);
+  return FC_OK;
+}
+
 static int cuda_run_op(void *state, const fc_w2l *m, int op, int batch) {
   return fc_error_set(FC_EUNSUPPORTED, "wav2lip cuda: runs whole batches only");
 }
 
-const w2l_backend fc_w2l_backend_cudnn = {"cuda",      cuda_create, cuda_destroy,      cuda_prepare,
-                                          cuda_run_op, cuda_infer,  cuda_device_bytes, cuda_device_memory};
+const w2l_backend fc_w2l_backend_cudnn = {
+    .name = "cuda", .create = cuda_create, .destroy = cuda_destroy, .prepare = cuda_prepare,
+    .run_op = cuda_run_op, .infer = cuda_infer, .composite = cuda_composite,
+    .device_bytes = cuda_device_bytes, .device_memory = cuda_device_memory};

@@ -501,6 +501,9 @@ void fc_w2l_destroy(fc_w2l *m) {
     free(m->layers[li].w);
     free(m->layers[li].b);
   }
+  free(m->c_crops);
+  free(m->c_out);
+  free(m->c_mel);
   for (int s = 0; m->slots && s < m->nslots; s++) free(m->slots[s]);
   free(m->slots);
   free(m->slot_floats);

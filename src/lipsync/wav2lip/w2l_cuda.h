@@ -5,6 +5,8 @@
 #ifndef FC_W2L_CUDA_H
 #define FC_W2L_CUDA_H
 
+#include "facecast/wav2lip.h"
+
 #include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,6 +39,35 @@ int w2l_cuda_crops_to_input(const uint8_t *crops, void *dst, int cdst, int n, in
  * out8 [n][hw][3] RGB bytes round(255 * sigmoid) when out8 is not NULL. */
 int w2l_cuda_head(const void *x, int cin, const float *w, const float *bias, float *outf,
                   uint8_t *out8, int n, int hw, int dt, cudaStream_t s);
+
+/* Compositing (w2l_composite.h), jobs = n device w2l_cjob: each live job's face box in src
+ * (the source arena) resized into crops [n][96][96][3]; and each live job's patch rect made from
+ * net [n][96][96][3] (the network's RGB bytes) over its background in src, into out. */
+int w2l_cuda_crop_jobs(const uint8_t *src, const void *jobs, int n, uint8_t *crops,
+                       cudaStream_t s);
+int w2l_cuda_paste_jobs(const uint8_t *net, const uint8_t *src, const void *jobs, int n,
+                        uint8_t *out, cudaStream_t s);
+
+/* The composite path's device state (cuda_composite.c): the source cache (avatar face pixels by
+ * key), the job table and the output buffer. All copies go on stream st. */
+typedef struct w2l_ccache w2l_ccache;
+typedef struct w2l_ccache_bufs {
+  uint8_t *d_src;          /* the source arena */
+  void *d_jobs, *h_jobs;   /* w2l_cjob[max_batch], device and pinned host */
+  uint8_t *d_out, *h_out;  /* the packed finished rects */
+  uint64_t uploads, resets; /* keys uploaded, cache drops so far */
+} w2l_ccache_bufs;
+int w2l_ccache_create(w2l_ccache **c, int max_batch, cudaStream_t st);
+void w2l_ccache_destroy(w2l_ccache *c);
+/* Makes jobs[0..n) resident (uploading new keys, asking base(user, first + k) for their
+ * background), fills the host job table (padding jobs n..nb-1 dead) and the packed output
+ * offsets; *out_bytes: the bytes to copy back; *grew: the output buffer moved (graphs that name
+ * it are stale). */
+int w2l_ccache_resolve(w2l_ccache *c, const struct fc_w2l_job *jobs, int n, int nb,
+                       fc_w2l_base_fn base, void *user, int first, size_t *out_bytes, int *grew);
+/* After the copy back: each job's finished rect into its out buffer. */
+void w2l_ccache_deliver(const w2l_ccache *c, const struct fc_w2l_job *jobs, int n);
+void w2l_ccache_buffers(const w2l_ccache *c, w2l_ccache_bufs *b);
 
 #ifdef __cplusplus
 }

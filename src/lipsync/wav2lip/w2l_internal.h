@@ -68,6 +68,10 @@ struct fc_w2l {
   int cuda_device; /* N of "cuda:N" */
   const w2l_backend *be;
   void *bstate;
+  /* fc_w2l_composite's host buffers for backends without composite() (composite.c), max_batch
+   * each, allocated on first use */
+  unsigned char *c_crops, *c_out;
+  float *c_mel;
 };
 
 /* A backend runs the ops on the slots. create() sees the loaded model (layers, tensors, slots);
@@ -86,6 +90,11 @@ struct w2l_backend {
    * available (FC_EUNSUPPORTED). */
   int (*infer)(void *state, const fc_w2l *m, int io, const float *mel, const void *in, void *out,
                int batch);
+  /* Optional: fc_w2l_composite on the device (jobs checked, n <= max_batch; base() is called
+   * with first + the job's index in jobs); without it, composite.c does the resizing and
+   * blending on the host around infer_u8. */
+  int (*composite)(void *state, const fc_w2l *m, const fc_w2l_job *jobs, int n,
+                   fc_w2l_base_fn base, void *user, int first);
   /* Optional: device memory held at the peak so far (fc_w2l_device_bytes). */
   size_t (*device_bytes)(void *state);
   /* Optional: the device's free and total memory now (fc_w2l_device_memory). */
@@ -93,8 +102,10 @@ struct w2l_backend {
 };
 
 /* What infer() moves: float NCHW tensors (in = faces, out = sigmoid output), RGB byte crops
- * (fc_w2l_infer_u8), or nothing (fc_w2l_run_resident: the inputs already on the device). */
-enum { W2L_IO_F32, W2L_IO_U8, W2L_IO_RESIDENT, W2L_IO_COUNT };
+ * (fc_w2l_infer_u8), or nothing (fc_w2l_run_resident: the inputs already on the device);
+ * W2L_IO_COMPOSITE is the CUDA backend's own composite() pass (crops made and patches blended
+ * on the device). */
+enum { W2L_IO_F32, W2L_IO_U8, W2L_IO_RESIDENT, W2L_IO_COMPOSITE, W2L_IO_COUNT };
 
 extern const w2l_backend fc_w2l_backend_ref;
 extern const w2l_backend fc_w2l_backend_dnnl;

@@ -4,6 +4,7 @@
  * the output conversion. 16-bit element types go 8 to a 16-byte load where channel counts allow. Plain grid-stride
  * element-wise kernels, all memory-bound; 32-bit index arithmetic where the tensor allows it
  * (64-bit division is several times slower and these kernels are all index arithmetic). */
+#include "lipsync/wav2lip/w2l_composite.h"
 #include "lipsync/wav2lip/w2l_cuda.h"
 
 #include <cuda_bf16.h>
@@ -171,7 +172,28 @@ unsigned blocks(size_t total) {
     }                                                                                             \
   } while (0)
 
-} // namespace
+/* Compositing (w2l_composite.h): one thread per crop pixel / per 2x2 block of a patch rect;
+ * blockIdx.y is the job. */
+__global__ void k_crop_jobs(const uint8_t *src, const w2l_cjob *jobs, uint8_t *crops) {
+  const w2l_cjob j = jobs[blockIdx.y];
+  int p = blockIdx.x * blockDim.x + threadIdx.x;
+  if (!j.live || p >= W2L_S * W2L_S) return;
+  w2l_crop_px(src + j.rgb, 3 * j.bw, j.bw, j.bh, p % W2L_S, p / W2L_S,
+              crops + (size_t)blockIdx.y * 3 * W2L_S * W2L_S + 3 * p);
+}
+
+__global__ void k_paste_jobs(const uint8_t *net, const uint8_t *src, const w2l_cjob *jobs,
+                             uint8_t *out) {
+  const w2l_cjob j = jobs[blockIdx.y];
+  if (!j.live) return;
+  int nbx = j.bw / 2, total = nbx * ((j.bh - j.y0) / 2);
+  const uint8_t *o = net + (size_t)blockIdx.y * 3 * W2L_S * W2L_S;
+  GRID_STRIDE(int, i, total) {
+    w2l_paste_block(o, j.bw, j.bh, j.y0, i % nbx, i / nbx, src + j.base, out + j.out);
+  }
+}
+
+}  // namespace
 
 extern "C" int w2l_cuda_nchw_to_nhwc(const float *src, void *dst, int cdst, int n, int c, int hw,
                                      int dt, cudaStream_t s) {
@@ -240,5 +262,19 @@ extern "C" int w2l_cuda_head(const void *x, int cin, const float *w, const float
         <<<nb, 256, shm, s>>>((const __nv_bfloat16 *)x, cin, w, bias, outf, out8, hw, (unsigned)total);
   else
     k_head<float, unsigned><<<nb, 256, shm, s>>>((const float *)x, cin, w, bias, outf, out8, hw, (unsigned)total);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int w2l_cuda_crop_jobs(const uint8_t *src, const void *jobs, int n, uint8_t *crops,
+                                  cudaStream_t s) {
+  dim3 grid((W2L_S * W2L_S + 255) / 256, (unsigned)n);
+  k_crop_jobs<<<grid, 256, 0, s>>>(src, (const w2l_cjob *)jobs, crops);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int w2l_cuda_paste_jobs(const uint8_t *net, const uint8_t *src, const void *jobs,
+                                   int n, uint8_t *out, cudaStream_t s) {
+  dim3 grid(16, (unsigned)n);
+  k_paste_jobs<<<grid, 256, 0, s>>>(net, src, (const w2l_cjob *)jobs, out);
   return (int)cudaGetLastError();
 }

@@ -1,0 +1,369 @@
+/* fc_w2l_composite: lip-sync with compositing (wav2lip.h), on the CPU and on a GPU.
+ *
+ * The shared arithmetic (w2l_composite.h) on its own: resampling is exact at scale 1 and keeps
+ * constant and monotonic images so, the mask is 0 above 45 % of the box and 255 in its middle.
+ * The host path (width-16 test network, "cpu"): equal to doing its steps by hand (crops, the
+ * network's byte path, the blend), the background untouched above the mask, the callback asked
+ * once per job, batches beyond max_batch, and bad jobs refused. On "cuda" (skipped without a
+ * GPU): the same jobs against the host path — fp32 within 2 levels and nearly all bytes equal,
+ * fp16 close — the sources uploaded once per key, and a working set beyond the device cache's
+ * key table (dropped and refilled) still giving the right bytes. */
+#include "facecast/avatar.h"
+#include "facecast/compose.h"
+#include "facecast/error.h"
+#include "facecast/lipsync.h"
+#include "facecast/wav2lip.h"
+#include "fc_test.h"
+#include "lipsync/wav2lip/w2l_composite.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CKPT FC_TEST_DATA_DIR "/wav2lip/ckpt_zip.pth"
+#define MEL (FC_W2L_MEL_H * FC_W2L_MEL_W)
+#define MAXJ 160
+
+static size_t rect_bytes(const fc_w2l_job *j) { return (size_t)j->box_w * (j->box_h - j->y0) * 3 / 2; }
+
+/* ---- the shared arithmetic ---- */
+
+static void test_math(void) {
+  int idx, w1, bad = 0;
+  for (int d = 0; d < 96; d++) {
+    w2l_axis(d, 96, 96, &idx, &w1);
+    bad += idx != d || w1 != 0;
+  }
+  FC_CHECK(bad == 0);
+  /* a constant box resizes to the constant; a horizontal ramp stays monotonic */
+  static uint8_t box[200 * 150 * 3];
+  for (int y = 0; y < 150; y++)
+    for (int x = 0; x < 200; x++) {
+      uint8_t *p = box + (y * 200 + x) * 3;
+      p[0] = 77, p[1] = (uint8_t)x, p[2] = (uint8_t)(y + 50);
+    }
+  int prev = -1, mono = 1, flat = 1;
+  for (int x = 0; x < 96; x++) {
+    uint8_t px[3];
+    w2l_crop_px(box, 600, 200, 150, x, 40, px);
+    flat &= px[0] == 77;
+    mono &= px[1] >= prev;
+    prev = px[1];
+  }
+  FC_CHECK(flat && mono);
+  FC_CHECK(prev > 190); /* the ramp reaches its far end */
+  /* the mask */
+  FC_CHECK(w2l_alpha(100, 0, 200, 200) == 0);
+  FC_CHECK(w2l_alpha(100, 89, 200, 200) == 0);
+  FC_CHECK(w2l_alpha(100, 150, 200, 200) == 255);
+  FC_CHECK(w2l_alpha(0, 150, 200, 200) < 10 && w2l_alpha(199, 150, 200, 200) < 10);
+  FC_CHECK(w2l_alpha(3, 150, 200, 200) == w2l_alpha(196, 150, 200, 200));
+  FC_CHECK(w2l_alpha(100, 199, 200, 200) < 16 && w2l_alpha(100, 180, 200, 200) == 255);
+  /* colour conversion: libyuv's limited range */
+  FC_CHECK(w2l_y(0, 0, 0) == 16 && w2l_y(255, 255, 255) == 235);
+  FC_CHECK(w2l_u(128, 128, 128) == 128 && w2l_v(128, 128, 128) == 128);
+}
+
+/* ---- jobs ---- */
+
+typedef struct world {
+  fc_w2l_job jobs[MAXJ];
+  uint8_t *rgb;        /* one face picture per distinct source, 320×320 */
+  uint8_t *bg[MAXJ];   /* the background each job's callback writes */
+  uint8_t *out[MAXJ];
+  float mel[MAXJ][MEL];
+  int calls[MAXJ];
+  int fail_at;         /* the callback fails for this job (-1: never) */
+} world;
+
+#define SRC 320
+
+static int fill_bg(void *user, int j) {
+  world *w = user;
+  if (j == w->fail_at) return fc_error_set(FC_EIO, "test: no background for job %d", j);
+  w->calls[j]++;
+  memcpy(w->jobs[j].out, w->bg[j], rect_bytes(&w->jobs[j]));
+  return FC_OK;
+}
+
+/* n jobs over nsrc distinct sources (job k shows source k % nsrc with its own box size). */
+static world *make_world(int n, int nsrc, uint64_t key_base) {
+  world *w = calloc(1, sizeof *w);
+  w->fail_at = -1;
+  w->rgb = malloc((size_t)nsrc * SRC * SRC * 3);
+  uint32_t r = 12345;
+  for (size_t i = 0; i < (size_t)nsrc * SRC * SRC * 3; i++) {
+    r = r * 1664525u + 1013904223u;
+    size_t px = i / 3;
+    int x = (int)(px % SRC), y = (int)(px / SRC % SRC);
+    w->rgb[i] = (uint8_t)((x + y) / 3 + (r >> 28) + 40 * (int)(i % 3)); /* texture + noise */
+  }
+  for (int k = 0; k < n; k++) {
+    int s = k % nsrc;
+    int bw = 96 + 2 * (s * 37 % 90), bh = 100 + 2 * (s * 53 % 100);
+    fc_w2l_job *j = &w->jobs[k];
+    *j = (fc_w2l_job){.key = key_base + (uint64_t)s, .box_w = bw, .box_h = bh,
+                      .y0 = (int)(0.45f * bh) & ~1, .rgb = w->rgb + (size_t)s * SRC * SRC * 3 + 6 * 3 + 4 * SRC * 3,
+                      .rgb_stride = SRC * 3, .mel = w->mel[k]};
+    size_t nb = rect_bytes(j);
+    w->bg[k] = malloc(nb);
+    w->out[k] = malloc(nb);
+    j->out = w->out[k];
+    for (size_t i = 0; i < nb; i++) w->bg[k][i] = (uint8_t)(60 + (i * 7 + (size_t)s * 13) % 120);
+    for (int i = 0; i < MEL; i++) w->mel[k][i] = (float)((i * 31 + k * 17) % 200) / 50.0f - 2.0f;
+  }
+  return w;
+}
+
+static void free_world(world *w, int n) {
+  for (int k = 0; k < n; k++) free(w->bg[k]), free(w->out[k]);
+  free(w->rgb);
+  free(w);
+}
+
+static fc_w2l *load(const char *device, int dtype, int max_batch, int *skipped) {
+  fc_w2l_params p = {.device = device, .max_batch = max_batch, .dtype = dtype};
+  int err = 0;
+  fc_w2l *m = fc_w2l_load(CKPT, &p, &err);
+  *skipped = 0;
+  if (!m && err == FC_EUNSUPPORTED && strncmp(device, "cuda", 4) == 0) {
+    fprintf(stderr, "  skipped: %s\n", fc_error_detail(err));
+    *skipped = 1;
+  } else if (!m) {
+    fprintf(stderr, "  load on %s: %s\n", device, fc_error_detail(err));
+  }
+  return m;
+}
+
+/* ---- host path ---- */
+
+static void test_host_by_hand(void) {
+  int skipped;
+  fc_w2l *m = load("cpu", FC_W2L_FP32, 8, &skipped);
+  FC_REQUIRE(m);
+  const int n = 11; /* two batches of 8 and 3 */
+  world *w = make_world(n, 5, 1000);
+  FC_REQUIRE(fc_w2l_composite(m, w->jobs, n, fill_bg, w) == 0);
+  int once = 1;
+  for (int k = 0; k < n; k++) once &= w->calls[k] == 1;
+  FC_CHECK(once);
+  /* by hand: crops, the byte path, the blend */
+  static uint8_t crops[MAXJ][96 * 96 * 3], net[MAXJ][96 * 96 * 3];
+  static float mel[MAXJ][MEL];
+  for (int k = 0; k < n; k++) {
+    const fc_w2l_job *j = &w->jobs[k];
+    for (int y = 0; y < 96; y++)
+      for (int x = 0; x < 96; x++)
+        w2l_crop_px(j->rgb, j->rgb_stride, j->box_w, j->box_h, x, y, crops[k] + 3 * (y * 96 + x));
+    memcpy(mel[k], j->mel, sizeof mel[k]);
+  }
+  FC_REQUIRE(fc_w2l_infer_u8(m, mel[0], crops[0], net[0], 8) == 0);
+  FC_REQUIRE(fc_w2l_infer_u8(m, mel[8], crops[8], net[8], 3) == 0);
+  int same = 1, top_kept = 1, changed = 0;
+  for (int k = 0; k < n; k++) {
+    const fc_w2l_job *j = &w->jobs[k];
+    size_t nb = rect_bytes(j);
+    uint8_t *want = malloc(nb);
+    for (int by = 0; by < (j->box_h - j->y0) / 2; by++)
+      for (int bx = 0; bx < j->box_w / 2; bx++)
+        w2l_paste_block(net[k], j->box_w, j->box_h, j->y0, bx, by, w->bg[k], want);
+    same &= memcmp(want, j->out, nb) == 0;
+    /* rows whose centre lies above 45 % of the box keep the background */
+    for (int y = 0; y < j->box_h - j->y0; y++)
+      if ((y + j->y0 + 0.5f) / j->box_h < 0.45f)
+        top_kept &= memcmp(j->out + (size_t)y * j->box_w, w->bg[k] + (size_t)y * j->box_w, j->box_w) == 0;
+    changed += memcmp(j->out, w->bg[k], nb) != 0;
+    free(want);
+  }
+  FC_CHECK(same);
+  FC_CHECK(top_kept);
+  FC_CHECK(changed == n);
+  /* the same again: the same bytes */
+  uint8_t *first = malloc(rect_bytes(&w->jobs[3]));
+  memcpy(first, w->jobs[3].out, rect_bytes(&w->jobs[3]));
+  FC_REQUIRE(fc_w2l_composite(m, w->jobs, n, fill_bg, w) == 0);
+  FC_CHECK(memcmp(first, w->jobs[3].out, rect_bytes(&w->jobs[3])) == 0);
+  free(first);
+  free_world(w, n);
+  fc_w2l_destroy(m);
+}
+
+static void test_bad_jobs(void) {
+  int skipped;
+  fc_w2l *m = load("cpu", FC_W2L_FP32, 4, &skipped);
+  FC_REQUIRE(m);
+  world *w = make_world(3, 3, 1);
+  fc_w2l_job good = w->jobs[1];
+  struct { const char *what; fc_w2l_job j; } bad[] = {
+      {"key 0", good}, {"odd width", good}, {"y0 past the box", good}, {"odd y0", good},
+      {"no mel", good}, {"short stride", good}, {"huge box", good}};
+  bad[0].j.key = 0;
+  bad[1].j.box_w = 97;
+  bad[2].j.y0 = good.box_h;
+  bad[3].j.y0 = 3;
+  bad[4].j.mel = NULL;
+  bad[5].j.rgb_stride = 10;
+  bad[6].j.box_w = 4096;
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    w->jobs[1] = bad[i].j;
+    int err = fc_w2l_composite(m, w->jobs, 3, fill_bg, w);
+    if (err != FC_EINVAL) fprintf(stderr, "  %s: %d\n", bad[i].what, err);
+    FC_CHECK(err == FC_EINVAL);
+  }
+  w->jobs[1] = good;
+  FC_CHECK(fc_w2l_composite(m, w->jobs, 0, fill_bg, w) == FC_EINVAL);
+  FC_CHECK(fc_w2l_composite(m, w->jobs, 3, NULL, w) == FC_EINVAL);
+  w->fail_at = 2; /* the caller's error comes back as it is */
+  FC_CHECK(fc_w2l_composite(m, w->jobs, 3, fill_bg, w) == FC_EIO);
+  w->fail_at = -1;
+  FC_CHECK(fc_w2l_composite(m, w->jobs, 3, fill_bg, w) == 0);
+  free_world(w, 3);
+  fc_w2l_destroy(m);
+}
+
+/* The "wav2lip" lip-sync backend on a photo avatar: finished I420 patches that the compositor
+ * copies; the frame outside the patch rect is the avatar's to the byte. */
+static void test_backend_photo(void) {
+  fc_avatar_params ap = fc_avatar_params_default();
+  int err;
+  fc_avatar *av = fc_avatar_create_from_image(fc_avatar_default_path(), &ap, &err);
+  FC_REQUIRE(av);
+  fc_lipsync_params lp = {.model = "wav2lip", .checkpoint = CKPT, .device = "cpu"};
+  fc_lipsync *ls = fc_lipsync_create(&lp, &err);
+  FC_REQUIRE(ls);
+  size_t cap = fc_lipsync_patch_capacity(ls, av);
+  FC_REQUIRE(cap > 0);
+  static float mel[3][MEL];
+  for (int i = 0; i < 3 * MEL; i++) mel[i / MEL][i % MEL] = (float)(i % 37) / 9.0f - 2.0f;
+  fc_lipsync_req rq[3];
+  fc_patch pt[3];
+  for (int k = 0; k < 3; k++) {
+    rq[k] = (fc_lipsync_req){.avatar = av, .frame = k, .mel = mel[k]};
+    pt[k] = (fc_patch){.rgb = malloc(3 * cap), .alpha = malloc(cap)};
+  }
+  FC_REQUIRE(fc_lipsync_run(ls, rq, pt, 3) == 0);
+  int w = fc_avatar_width(av), h = fc_avatar_height(av);
+  size_t fsz = (size_t)w * h * 3 / 2;
+  uint8_t *plain = malloc(fsz), *comp = malloc(fsz), *scratch = malloc(2 * cap);
+  FC_REQUIRE(fc_avatar_copy_i420(av, 0, plain) == 0);
+  fc_rect r = pt[0].place;
+  FC_CHECK(pt[0].i420 == 1);
+  FC_CHECK(r.w > 0 && r.h > 0 && r.x >= 0 && r.y >= 0 && r.x + r.w <= w && r.y + r.h <= h);
+  FC_CHECK((size_t)r.w * r.h <= cap);
+  FC_REQUIRE(fc_compose_i420(av, 0, &pt[0], comp, scratch) == 0);
+  size_t outside = 0, inside = 0;
+  for (int y = 0; y < h; y++)
+    for (int x = 0; x < w; x++) {
+      int in = x >= r.x && x < r.x + r.w && y >= r.y && y < r.y + r.h;
+      size_t i = (size_t)y * w + x;
+      if (plain[i] != comp[i]) in ? inside++ : outside++;
+    }
+  fprintf(stderr, "  patch %dx%d+%d+%d: %zu luma samples changed inside, %zu outside\n", r.w, r.h,
+          r.x, r.y, inside, outside);
+  FC_CHECK(outside == 0);
+  FC_CHECK(inside > (size_t)r.w * r.h / 4);
+  size_t coutside = 0; /* chroma too */
+  for (int y = 0; y < h / 2; y++)
+    for (int x = 0; x < w / 2; x++) {
+      int in = 2 * x >= r.x && 2 * x < r.x + r.w && 2 * y >= r.y && 2 * y < r.y + r.h;
+      size_t i = (size_t)w * h + (size_t)y * (w / 2) + x, j = i + (size_t)w * h / 4;
+      if (!in && (plain[i] != comp[i] || plain[j] != comp[j])) coutside++;
+    }
+  FC_CHECK(coutside == 0);
+  for (int k = 0; k < 3; k++) free(pt[k].rgb), free(pt[k].alpha);
+  free(plain), free(comp), free(scratch);
+  fc_lipsync_destroy(ls);
+  fc_avatar_destroy(av);
+}
+
+/* ---- GPU against the host path ---- */
+
+static void compare(const world *a, const world *b, int n, int tol, double min_equal,
+                    const char *what) {
+  size_t total = 0, equal = 0;
+  int worst = 0;
+  for (int k = 0; k < n; k++) {
+    size_t nb = rect_bytes(&a->jobs[k]);
+    for (size_t i = 0; i < nb; i++) {
+      int d = abs((int)a->jobs[k].out[i] - (int)b->jobs[k].out[i]);
+      worst = d > worst ? d : worst;
+      equal += d == 0;
+    }
+    total += nb;
+  }
+  fprintf(stderr, "  %s: max byte diff %d, %.4f %% equal (%zu bytes)\n", what, worst,
+          100.0 * equal / total, total);
+  FC_CHECK(worst <= tol);
+  FC_CHECK((double)equal / total >= min_equal);
+}
+
+static void cuda_case(int dtype) {
+  int skipped;
+  fc_w2l *g = load("cuda", dtype, 64, &skipped);
+  if (skipped) return;
+  FC_REQUIRE(g);
+  fc_w2l *c = load("cpu", FC_W2L_FP32, 16, &skipped);
+  FC_REQUIRE(c);
+  const int n = 100; /* 64 + 36 (run as 64) */
+  world *wg = make_world(n, 23, 5000), *wc = make_world(n, 23, 5000);
+  FC_REQUIRE(fc_w2l_composite(c, wc->jobs, n, fill_bg, wc) == 0);
+  for (int pass = 0; pass < 3; pass++) /* eager, captured, replayed */
+    FC_REQUIRE(fc_w2l_composite(g, wg->jobs, n, fill_bg, wg) == 0);
+  int uploads = 0;
+  for (int k = 0; k < n; k++) uploads += wg->calls[k];
+  fprintf(stderr, "  %d backgrounds asked for over 3 passes of %d jobs on 23 sources\n", uploads, n);
+  FC_CHECK(uploads == 23); /* once per key, then resident */
+  if (dtype == FC_W2L_FP32)
+    compare(wg, wc, n, 2, 0.995, "cuda fp32 vs cpu");
+  else
+    compare(wg, wc, n, 12, 0.5, "cuda fp16 vs cpu");
+  free_world(wg, n);
+  free_world(wc, n);
+  fc_w2l_destroy(c);
+  fc_w2l_destroy(g);
+}
+
+static void test_cuda_fp32(void) { cuda_case(FC_W2L_FP32); }
+static void test_cuda_fp16(void) { cuda_case(FC_W2L_FP16); }
+
+/* More keys than the device cache's table holds (8,192): it is dropped and refilled, and the
+ * bytes stay right. */
+static void test_cuda_cache_overflow(void) {
+  int skipped;
+  fc_w2l *g = load("cuda", FC_W2L_FP32, 64, &skipped);
+  if (skipped) return;
+  FC_REQUIRE(g);
+  fc_w2l *c = load("cpu", FC_W2L_FP32, 16, &skipped);
+  FC_REQUIRE(c);
+  world *wg = make_world(64, 7, 1), *wc = make_world(64, 7, 1);
+  int asked = 0;
+  for (int round = 0; round < 150; round++) { /* 150 × 64 = 9,600 distinct keys */
+    for (int k = 0; k < 64; k++) wg->jobs[k].key = 1 + (uint64_t)round * 64 + k, wg->calls[k] = 0;
+    FC_REQUIRE(fc_w2l_composite(g, wg->jobs, 64, fill_bg, wg) == 0);
+    for (int k = 0; k < 64; k++) asked += wg->calls[k];
+  }
+  FC_CHECK(asked == 150 * 64);
+  /* round 0's keys were dropped with the first reset: asked for again */
+  for (int k = 0; k < 64; k++) wg->jobs[k].key = 1 + (uint64_t)k, wg->calls[k] = 0;
+  FC_REQUIRE(fc_w2l_composite(g, wg->jobs, 64, fill_bg, wg) == 0);
+  int again = 0;
+  for (int k = 0; k < 64; k++) again += wg->calls[k];
+  FC_CHECK(again == 64);
+  FC_REQUIRE(fc_w2l_composite(c, wc->jobs, 64, fill_bg, wc) == 0);
+  compare(wg, wc, 64, 2, 0.995, "after cache drops, cuda fp32 vs cpu");
+  free_world(wg, 64);
+  free_world(wc, 64);
+  fc_w2l_destroy(c);
+  fc_w2l_destroy(g);
+}
+
+int main(void) {
+  FC_RUN(test_math);
+  FC_RUN(test_host_by_hand);
+  FC_RUN(test_bad_jobs);
+  FC_RUN(test_backend_photo);
+  FC_RUN(test_cuda_fp32);
+  FC_RUN(test_cuda_fp16);
+  FC_RUN(test_cuda_cache_overflow);
+  FC_TEST_EXIT();
+}
