@@ -45,7 +45,7 @@ typedef struct fc_live_params {
   int width, height;        /* even */
   int fps;                  /* default 25 */
   int sample_rate;          /* of the pushed PCM; default 16000 */
-  int video_kbps;           /* default 1500 */
+  int video_kbps;           /* the most the video may take (constant quality, capped); 1500 */
   const char *x264_preset;  /* default "superfast" */
   int x264_threads;         /* default 1: many sessions share the cores */
   const char *stun_server;  /* "stun://host:port" or NULL */

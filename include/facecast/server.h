@@ -51,6 +51,7 @@ typedef struct fc_serve_bench {
   int sessions, talking;
   double seconds;
   double final_fps;         /* frames per second per session that reached the encoder */
+  double kbps;              /* encoded bits per second per session (video and audio) */
   double late_p50_ms, late_p99_ms; /* pacer push time minus deadline, over all frames */
   double cpu_per_session;   /* CPU cores used by the process per session */
   double mean_batch;        /* frames per lip-sync backend call */

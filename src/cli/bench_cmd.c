@@ -60,10 +60,10 @@ static int write_serve_report(const char *prefix, const fc_server_params *sp, co
   for (int i = 0; i < n; i++)
     fprintf(f, "%s{\"sessions\":%d,\"final_fps\":%.2f,\"late_p50_ms\":%.2f,\"late_p99_ms\":%.2f,"
             "\"cpu_per_session\":%.4f,\"mean_batch\":%.2f,\"batch_p95_ms\":%.3f,\"dropped\":%llu,"
-            "\"gpu_util_pct\":%.1f,\"gpu_mem_peak_mb\":%.0f}",
+            "\"gpu_util_pct\":%.1f,\"gpu_mem_peak_mb\":%.0f,\"kbps\":%.0f}",
             i ? "," : "", r[i].sessions, r[i].final_fps, r[i].late_p50_ms, r[i].late_p99_ms,
             r[i].cpu_per_session, r[i].mean_batch, r[i].batch_p95_ms, r[i].dropped,
-            r[i].gpu_util_pct, r[i].gpu_mem_peak_mb);
+            r[i].gpu_util_pct, r[i].gpu_mem_peak_mb, r[i].kbps);
   fprintf(f, "]}\n");
   fclose(f);
   snprintf(path, sizeof path, "%s.md", prefix);
@@ -199,17 +199,17 @@ static int bench_serve(int argc, char **argv) {
              "\"final_fps\":%.2f,\"late_p50_ms\":%.2f,\"late_p99_ms\":%.2f,"
              "\"cpu_per_session\":%.4f,\"dropped\":%llu,\"skipped_ticks\":%llu,"
              "\"late_frames\":%llu,\"mean_batch\":%.2f,\"batch_p95_ms\":%.3f,"
-             "\"gpu_util_pct\":%.1f,\"gpu_mem_peak_mb\":%.0f,\"model\":\"%s\",\"device\":\"%s\",\"batching\":\"%s\",\"holds\":%s}\n",
+             "\"gpu_util_pct\":%.1f,\"gpu_mem_peak_mb\":%.0f,\"kbps\":%.0f,\"model\":\"%s\",\"device\":\"%s\",\"batching\":\"%s\",\"holds\":%s}\n",
              r.sessions, r.talking, sp.width, sp.height, r.final_fps, r.late_p50_ms,
              r.late_p99_ms, r.cpu_per_session, r.dropped, r.skipped_ticks, r.late_frames,
-             r.mean_batch, r.batch_p95_ms, r.gpu_util_pct, r.gpu_mem_peak_mb, model, device,
+             r.mean_batch, r.batch_p95_ms, r.gpu_util_pct, r.gpu_mem_peak_mb, r.kbps, model, device,
              mode, holds ? "true" : "false");
     else
       printf("%8d  %9.2f  %11.2f  %11.2f  %10.1f%%  %5.1f  %5s  %7s  %7llu  %s\n", r.sessions,
              r.final_fps, r.late_p50_ms, r.late_p99_ms, r.cpu_per_session * 100, r.mean_batch,
              gpu_cell(r.gpu_util_pct, "", 0), gpu_cell(r.gpu_util_pct < 0 ? -1 : r.gpu_mem_peak_mb, "", 1),
              r.dropped, holds ? "yes" : "no");
-    if (!json && r.cpu_by_thread[0]) printf("          CPU by thread: %s\n", r.cpu_by_thread);
+    if (!json) printf("          %.0f kbit/s per session; CPU by thread: %s\n", r.kbps, r.cpu_by_thread);
     fflush(stdout);
   }
   if (json) printf("{\"bench\":\"serve\",\"max_sessions_holding\":%d}\n", best);

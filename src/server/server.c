@@ -169,6 +169,22 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
     srv->n_devs = k + 1;
   }
   g_strfreev(names);
+  /* The CPU renderer (parametric) keeps per-call state, so one backend draws one frame at a
+   * time: on a machine with many cores one scheduler thread would serialise every session's
+   * lip-sync. So the plain "cpu" device gets one backend per two cores, each with its own
+   * scheduler thread, and sessions are placed on them like on several GPUs. (A neural model
+   * on the CPU already spreads one call over every core, and stays one.) */
+  if (srv->n_devs == 1 && (!srv->p.device || !strcmp(srv->p.device, "cpu")) &&
+      !fc_lipsync_needs_mel(srv->devs[0].ls) && !srv->p.solo_batches) {
+    int want = (int)g_get_num_processors() / 2;
+    want = want > FC_SERVER_MAX_DEVICES ? FC_SERVER_MAX_DEVICES : want;
+    for (int k = 1; k < want; k++) {
+      fc_lipsync_params lp = {.model = srv->p.model, .checkpoint = srv->p.checkpoint, .device = "cpu"};
+      if (!(srv->devs[k].ls = fc_lipsync_create(&lp, err))) goto fail;
+      srv->devs[k].gpu = -1;
+      srv->n_devs = k + 1;
+    }
+  }
   srv->lipsync = srv->devs[0].ls;
   g_mutex_init(&srv->solo_lock);
   if (!srv->p.solo_batches && (*err = fc_server_sched_start(srv))) goto fail;
