@@ -7,10 +7,13 @@
 #          English data and the default portrait into build-serve-dev/ (git-ignored)
 #   there: run tool, carry ["build-serve-dev"], then in one command any of
 #          `bash build-serve-dev/serve-device.sh test`   the GPU tests (logs under $OUT)
-#          `[SIZE=WxH] bash build-serve-dev/serve-device.sh run [SESSIONS] [SOLO_SESSIONS|""]
-#          [X264_PRESET]`: makes a full-size random-weight checkpoint (once), then bench serve
+#          `bash build-serve-dev/serve-device.sh sample`  a rendered clip of the benchmark model
+#          `[SIZE=WxH] [CKPT=random] bash build-serve-dev/serve-device.sh run [SESSIONS]
+#          [SOLO_SESSIONS|""] [X264_PRESET]`: makes a full-size checkpoint (once;
+#          tools/make_bench_wav2lip.py, or random weights everywhere), then bench serve
 #          with cross-session batching and, given SOLO_SESSIONS, with each session batching
-#          alone (--solo); JSON, Markdown and SVG under $OUT. DEV=cuda:0,cuda:1 for two GPUs.
+#          alone (--solo); JSON, Markdown and SVG under $OUT. DEV=cuda:0,cuda:1 for two GPUs;
+#          EXTRA="..." adds bench serve options (e.g. --opus-complexity 1); TAG names the files.
 set -u
 X=/tmp/fcserve
 unpack() { # the bundle under $X; the test programs' compiled-in data paths made to resolve
@@ -56,14 +59,26 @@ test)
 run)
   unpack || exit 1; env_up; OUT=${OUT:-/tmp}
   date -u
-  [ -s /tmp/full/ckpt_zip.pth ] ||
-    timeout 100 python3 tools/gen_wav2lip_golden.py --width 1 --batch 1 --out /tmp/full >"$OUT/gen.log" 2>&1
-  F=$X/facecast CK=/tmp/full/ckpt_zip.pth AV=$X/share/astronaut.png S=${SIZE:-512x512}
-  P=${4:-superfast} TAG=${S}_${4:-superfast}
+  # CKPT=random: random weights everywhere (the mouth becomes noise, which costs the encoder
+  # far more than a real one); default: tools/make_bench_wav2lip.py (a face comes out)
+  if [ "${CKPT:-bench}" = random ]; then
+    CK=/tmp/full/ckpt_zip.pth
+    [ -s $CK ] || timeout 100 python3 tools/gen_wav2lip_golden.py --width 1 --batch 1 --out /tmp/full >"$OUT/gen.log" 2>&1
+  else
+    CK=/tmp/bench.pth
+    [ -s $CK ] || timeout 100 python3 tools/make_bench_wav2lip.py $CK 2>&1 | tail -2
+  fi
+  F=$X/facecast AV=$X/share/astronaut.png S=${SIZE:-512x512}
+  P=${4:-superfast} TAG=${TAG:-${S}_${4:-superfast}}
   timeout 300 $F bench serve --model wav2lip --checkpoint $CK --device ${DEV:-cuda} --avatar $AV --preset $P \
-    --size $S --sessions "${2:-16,32,64,96,128}" --seconds 6 --out "$OUT/serve_cross_$TAG" 2>&1 | tail -9
+    --size $S --sessions "${2:-16,32,64,96,128}" --seconds 6 --out "$OUT/serve_cross_$TAG" ${EXTRA:-} 2>&1 | tail -9
   [ -n "${3:-}" ] && timeout 200 $F bench serve --model wav2lip --checkpoint $CK --device cuda --avatar $AV \
-    --preset $P --size $S --sessions "$3" --seconds 6 --solo --out "$OUT/serve_solo_$TAG" 2>&1 | tail -7
+    --preset $P --size $S --sessions "$3" --seconds 6 --solo --out "$OUT/serve_solo_$TAG" ${EXTRA:-} 2>&1 | tail -7
   date -u ;;
-*) echo "usage: $0 pack|test|run" >&2; exit 2 ;;
+sample) # one rendered clip of the benchmark's checkpoint on the GPU, to look at
+  unpack || exit 1; env_up; OUT=${OUT:-/tmp}
+  [ -s /tmp/bench.pth ] || timeout 100 python3 tools/make_bench_wav2lip.py /tmp/bench.pth 2>&1 | tail -2
+  $X/facecast render --text "Good evening, here is the news." --model wav2lip --checkpoint /tmp/bench.pth \
+    --device cuda --avatar $X/share/astronaut.png -o "$OUT/sample.mp4" --quiet && ls -la "$OUT/sample.mp4" ;;
+*) echo "usage: $0 pack|test|run|sample" >&2; exit 2 ;;
 esac

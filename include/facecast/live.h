@@ -48,6 +48,7 @@ typedef struct fc_live_params {
   int video_kbps;           /* the most the video may take (constant quality, capped); 1500 */
   const char *x264_preset;  /* default "superfast" */
   int x264_threads;         /* default 1: many sessions share the cores */
+  int opus_complexity;      /* 1..10; 0 = 5 (half Opus' cost at 10, no audible change) */
   const char *stun_server;  /* "stun://host:port" or NULL */
   const char *turn_server;  /* "turn(s)://user:pass@host:port" or NULL */
   fc_live_state_cb on_state;

@@ -27,6 +27,7 @@ static void bench_usage(FILE *f) {
         "                            [--size N|WxH] [--avatar IMG|PACK] [--json] [--out PREFIX]\n"
         "                            [--model parametric|wav2lip --checkpoint FILE]\n"
         "                            [--device cpu|cuda[:N]] [--solo] [--preset X264_PRESET]\n"
+        "                            [--opus-complexity 1..10]\n"
         "       facecast bench model --checkpoint FILE [--device cpu|cuda] [--dtype fp32|fp16|bf16]\n"
         "                            [--batches 1,4,8,16,...] [--seconds S] [--json]\n"
         "       facecast bench pack [--frames N] [--size WxH] [--processes P] [--runs R]\n"
@@ -126,6 +127,7 @@ static int bench_serve(int argc, char **argv) {
       {"model", required_argument, 0, 'm'},    {"device", required_argument, 0, 'd'},
       {"checkpoint", required_argument, 0, 'c'}, {"solo", no_argument, 0, 'o'},
       {"out", required_argument, 0, 'O'},      {"preset", required_argument, 0, 'P'},
+      {"opus-complexity", required_argument, 0, 'C'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   const char *list = "1,2,4,8,12,16,20,24,28,32", *outp = NULL;
@@ -162,6 +164,9 @@ static int bench_serve(int argc, char **argv) {
     case 'o': sp.solo_batches = 1; break;
     case 'O': outp = optarg; break;
     case 'P': sp.x264_preset = optarg; break;
+    case 'C':
+      if ((err = fc_cli_parse_opus_complexity(optarg, &sp.opus_complexity))) return fc_cli_fail(err);
+      break;
     case 'h': bench_usage(stdout); return FC_EXIT_OK;
     default: bench_usage(stderr); return FC_EXIT_INPUT;
     }

@@ -20,6 +20,9 @@ int fc_bench_pack(int argc, char **argv);
 /* Prints "facecast: error: <detail>" for err and returns the exit code it maps to. */
 int fc_cli_fail(int err);
 
+/* Parses --opus-complexity: 1..10. */
+int fc_cli_parse_opus_complexity(const char *s, int *out);
+
 /* Parses "512" or "640x360" into an even size. */
 int fc_cli_parse_size(const char *s, int *w, int *h);
 

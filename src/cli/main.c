@@ -32,6 +32,15 @@ int fc_cli_fail(int err) {
   }
 }
 
+int fc_cli_parse_opus_complexity(const char *s, int *out) {
+  char *end;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end || v < 1 || v > 10)
+    return fc_error_set(FC_EINVAL, "--opus-complexity '%s': expected 1..10", s);
+  *out = (int)v;
+  return FC_OK;
+}
+
 int fc_cli_parse_size(const char *s, int *w, int *h) {
   char *end;
   long a = strtol(s, &end, 10), b = a;

@@ -13,7 +13,7 @@ static void serve_usage(FILE *f) {
   fputs("usage: facecast serve [--port 8010] [--host ADDR] [--avatar IMG] [--size N|WxH]\n"
         "                      [--max-sessions N] [--stun URL] [--turn URL] [--model NAME]\n"
         "                      [--checkpoint FILE] [--device D[,D...]] [--web DIR] [--record-dir DIR]\n"
-        "                      [--preset X264_PRESET]\n"
+        "                      [--preset X264_PRESET] [--opus-complexity 1..10]\n"
         "                      [--quiet]\n"
         "\n"
         "Open http://HOST:PORT/ in a browser, press Connect and type a sentence.\n",
@@ -35,6 +35,7 @@ int fc_cmd_serve(int argc, char **argv) {
                                        {"record-dir", required_argument, 0, 'r'},
                                        {"quiet", no_argument, 0, 'q'},
                                        {"preset", required_argument, 0, 'P'},
+                                       {"opus-complexity", required_argument, 0, 'O'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   fc_server_params p = fc_server_params_default();
@@ -75,6 +76,9 @@ int fc_cmd_serve(int argc, char **argv) {
     case 'r': p.record_dir = optarg; break;
     case 'q': p.quiet = 1; break;
     case 'P': p.x264_preset = optarg; break;
+    case 'O':
+      if ((err = fc_cli_parse_opus_complexity(optarg, &p.opus_complexity))) return fc_cli_fail(err);
+      break;
     case 'h': serve_usage(stdout); return FC_EXIT_OK;
     default:
       fprintf(stderr, "facecast: error: serve: unknown or incomplete option '%s'\n",

@@ -885,11 +885,12 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
     goto fail;
   }
   if (p.fps < 1 || p.fps > 240 || p.sample_rate < 8000 || p.sample_rate > 192000 ||
-      p.video_kbps < 1 || p.video_kbps > 100000 || p.x264_threads < 0 || p.x264_threads > 64) {
+      p.video_kbps < 1 || p.video_kbps > 100000 || p.x264_threads < 0 || p.x264_threads > 64 ||
+      p.opus_complexity < 0 || p.opus_complexity > 10) {
     rc = fc_error_set(FC_EINVAL,
                       "live output: invalid parameters (fps %d, sample rate %d, "
-                      "video %d kbit/s, %d x264 threads)",
-                      p.fps, p.sample_rate, p.video_kbps, p.x264_threads);
+                      "video %d kbit/s, %d x264 threads, Opus complexity %d)",
+                      p.fps, p.sample_rate, p.video_kbps, p.x264_threads, p.opus_complexity);
     goto fail;
   }
   if (p.stun_server && strncmp(p.stun_server, "stun://", 7) != 0) {
@@ -1045,7 +1046,9 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
    * Complexity 5 instead of the default 10 halves Opus' CPU (it was a tenth of a live
    * session's cost) with no audible change for speech at this bit rate. */
   g_object_set(aenc, "bitrate", OPUS_BITRATE, NULL);
-  set_optional(aenc, "complexity", "5");
+  char cx[8];
+  snprintf(cx, sizeof cx, "%d", p.opus_complexity ? p.opus_complexity : 5);
+  set_optional(aenc, "complexity", cx);
   set_optional(aenc, "frame-size", "40");
   set_optional(aenc, "audio-type", "voice");
   g_object_set(apay, "pt", (guint)ch.audio_pt, NULL);

@@ -165,7 +165,8 @@ int fc_server_bench(const fc_server_params *p, int sessions, int talking, double
                          .height = fc_avatar_height(srv->avatar),
                          .fps = FC_FPS,
                          .sample_rate = FC_SAMPLE_RATE,
-                         .x264_preset = srv->p.x264_preset};
+                         .x264_preset = srv->p.x264_preset,
+                         .opus_complexity = srv->p.opus_complexity};
     fc_live *live = fc_live_create(&lp, NULL, NULL, NULL, &err);
     if (!live) goto done;
     g_mutex_lock(&b.s[i]->out_lock);

@@ -139,6 +139,7 @@ static void start_session(fc_server *srv, SoupServerMessage *msg, const char *sd
                        .stun_server = srv->p.stun_server,
                        .turn_server = srv->p.turn_server,
                        .x264_preset = srv->p.x264_preset,
+                       .opus_complexity = srv->p.opus_complexity,
                        .on_state = on_state,
                        .user = s};
   /* The callbacks hold no reference: they only run while the output exists, and the session

@@ -107,6 +107,11 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
   fc_server *srv = g_new0(fc_server, 1);
   srv->p = p ? *p : fc_server_params_default();
   if (srv->p.max_sessions <= 0) srv->p.max_sessions = 5;
+  if (srv->p.opus_complexity < 0 || srv->p.opus_complexity > 10) {
+    *err = fc_error_set(FC_EINVAL, "Opus complexity %d: expected 1..10", srv->p.opus_complexity);
+    g_free(srv);
+    return NULL;
+  }
   if (srv->p.x264_preset && (*err = fc_live_check_preset(srv->p.x264_preset))) {
     g_free(srv); /* refused at start, not at the first session */
     return NULL;

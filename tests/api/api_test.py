@@ -293,6 +293,10 @@ def avatar_tasks(c):
 def main():
     r = subprocess.run([BIN, "serve", "--port", "0", "--preset", "bogus"], capture_output=True, text=True, timeout=30)
     check(r.returncode == 2 and r.stderr.count("\n") == 1 and "bogus" in r.stderr, "serve --preset bogus: one line, exit 2")
+    for bad in ("0", "11", "five"):
+        r = subprocess.run([BIN, "serve", "--port", "0", "--opus-complexity", bad], capture_output=True, text=True, timeout=30)
+        check(r.returncode == 2 and r.stderr.count("\n") == 1 and "opus-complexity" in r.stderr,
+              f"serve --opus-complexity {bad}: one line, exit 2")
     proc, port = start_server("--max-sessions", "3")
     c = Client(port)
     try:
