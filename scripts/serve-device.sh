@@ -7,7 +7,6 @@
 #          English data and the default portrait into build-serve-dev/ (git-ignored)
 #   there: run tool, carry ["build-serve-dev"], then in one command any of
 #          `bash build-serve-dev/serve-device.sh test`   the GPU tests (logs under $OUT)
-#          `bash build-serve-dev/serve-device.sh sample`  a rendered clip of the benchmark model
 #          `[SIZE=WxH] [CKPT=random] bash build-serve-dev/serve-device.sh run [SESSIONS]
 #          [SOLO_SESSIONS|""] [X264_PRESET]`: makes a full-size checkpoint (once;
 #          tools/make_bench_wav2lip.py, or random weights everywhere), then bench serve
@@ -75,10 +74,5 @@ run)
   [ -n "${3:-}" ] && timeout 200 $F bench serve --model wav2lip --checkpoint $CK --device cuda --avatar $AV \
     --preset $P --size $S --sessions "$3" --seconds 6 --solo --out "$OUT/serve_solo_$TAG" ${EXTRA:-} 2>&1 | tail -7
   date -u ;;
-sample) # one rendered clip of the benchmark's checkpoint on the GPU, to look at
-  unpack || exit 1; env_up; OUT=${OUT:-/tmp}
-  [ -s /tmp/bench.pth ] || timeout 100 python3 tools/make_bench_wav2lip.py /tmp/bench.pth 2>&1 | tail -2
-  $X/facecast render --text "Good evening, here is the news." --model wav2lip --checkpoint /tmp/bench.pth \
-    --device cuda --avatar $X/share/astronaut.png -o "$OUT/sample.mp4" --quiet && ls -la "$OUT/sample.mp4" ;;
-*) echo "usage: $0 pack|test|run|sample" >&2; exit 2 ;;
+*) echo "usage: $0 pack|test|run" >&2; exit 2 ;;
 esac

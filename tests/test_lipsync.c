@@ -256,10 +256,13 @@ static void test_stream_live(void) {
   FC_CHECK_INT(fi.index, ==, at + 1); /* dropped frames in the ring gave back their numbers */
   FC_CHECK_INT(fc_stream_interrupt(st), ==, 0);
   /* Streamed audio: a partial frame waits through idle ticks, then goes out whole. */
+  FC_CHECK_INT(fc_stream_producible(st), ==, 0);
   FC_REQUIRE(fc_stream_push_audio(st, tone, 300) == 0);
+  FC_CHECK_INT(fc_stream_producible(st), ==, 0); /* a partial frame waits */
   FC_CHECK_INT(fc_stream_next_frame(st, &fi, &img, &pcm), ==, FC_EAGAIN);
   FC_REQUIRE(fc_stream_idle_frame(st, &fi, &img, &pcm) == 0);
   FC_REQUIRE(fc_stream_push_audio(st, tone + 300, 340) == 0);
+  FC_CHECK_INT(fc_stream_producible(st), ==, 1);
   FC_REQUIRE(fc_stream_next_frame(st, &fi, &img, &pcm) == 0);
   FC_CHECK(fi.speaking && fi.utt_started == 0);
   FC_CHECK(abs(pcm[299] - (int)lrintf(tone[299] * 32767)) <= 1);

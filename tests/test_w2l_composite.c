@@ -12,6 +12,7 @@
 #include "facecast/compose.h"
 #include "facecast/error.h"
 #include "facecast/lipsync.h"
+#include "facecast/stream.h"
 #include "facecast/wav2lip.h"
 #include "fc_test.h"
 #include "lipsync/wav2lip/w2l_composite.h"
@@ -276,6 +277,48 @@ static void test_backend_photo(void) {
   fc_avatar_destroy(av);
 }
 
+/* A stream on a neural backend: at rest the photo as it is (the backend draws only from
+ * speech); streamed audio is producible once a mel window's 200 ms look-ahead has arrived, an
+ * utterance at once. */
+static void test_stream_neural(void) {
+  fc_avatar_params ap = fc_avatar_params_default();
+  int err;
+  fc_avatar *av = fc_avatar_create_from_image(fc_avatar_default_path(), &ap, &err);
+  FC_REQUIRE(av);
+  fc_lipsync_params lp = {.model = "wav2lip", .checkpoint = CKPT, .device = "cpu"};
+  fc_lipsync *ls = fc_lipsync_create(&lp, &err);
+  FC_REQUIRE(ls);
+  fc_stream_params sp = {.avatar = av, .lipsync = ls, .batch = 4, .max_pending = 64000};
+  fc_stream *st = fc_stream_create(&sp, &err);
+  FC_REQUIRE(st);
+  fc_frame_info fi;
+  const uint8_t *img;
+  const int16_t *pcm;
+  size_t fsz = (size_t)fc_avatar_width(av) * fc_avatar_height(av) * 3 / 2;
+  uint8_t *plain = malloc(fsz);
+  FC_REQUIRE(fc_avatar_copy_i420(av, 0, plain) == 0);
+  FC_REQUIRE(fc_stream_idle_frame(st, &fi, &img, &pcm) == 0);
+  FC_CHECK(memcmp(img, plain, fsz) == 0);
+  static float tone[16000];
+  for (int i = 0; i < 16000; i++) tone[i] = 0.3f * (float)((i * 37 % 200) - 100) / 100.0f;
+  FC_REQUIRE(fc_stream_push_audio(st, tone, 1280) == 0); /* two frames, no look-ahead yet */
+  FC_CHECK_INT(fc_stream_pending_frames(st), ==, 2);
+  FC_CHECK_INT(fc_stream_producible(st), ==, 0);
+  FC_CHECK_INT(fc_stream_next_frame(st, &fi, &img, &pcm), ==, FC_EAGAIN);
+  FC_REQUIRE(fc_stream_push_audio(st, tone + 1280, 6400) == 0);
+  FC_CHECK_INT(fc_stream_producible(st), ==, 1);
+  FC_REQUIRE(fc_stream_next_frame(st, &fi, &img, &pcm) == 0);
+  FC_CHECK(fi.speaking && memcmp(img, plain, fsz) != 0);
+  fc_stream_interrupt(st);
+  FC_CHECK_INT(fc_stream_producible(st), ==, 0);
+  FC_REQUIRE(fc_stream_push_speech(st, tone, 4000, NULL, 0, NULL) == 0); /* whole mel at once */
+  FC_CHECK_INT(fc_stream_producible(st), ==, 1);
+  fc_stream_destroy(st);
+  free(plain);
+  fc_lipsync_destroy(ls);
+  fc_avatar_destroy(av);
+}
+
 /* ---- GPU against the host path ---- */
 
 static void compare(const world *a, const world *b, int n, int tol, double min_equal,
@@ -362,6 +405,7 @@ int main(void) {
   FC_RUN(test_host_by_hand);
   FC_RUN(test_bad_jobs);
   FC_RUN(test_backend_photo);
+  FC_RUN(test_stream_neural);
   FC_RUN(test_cuda_fp32);
   FC_RUN(test_cuda_fp16);
   FC_RUN(test_cuda_cache_overflow);

@@ -69,16 +69,18 @@ static int write_serve_report(const char *prefix, const fc_server_params *sp, co
   fclose(f);
   snprintf(path, sizeof path, "%s.md", prefix);
   if (!(f = fopen(path, "w"))) return fc_error_set(FC_EIO, "%s: cannot write", path);
-  fprintf(f, "%dx%d, %s on %s, %s batches, %.0f %% talking: %d sessions hold 25 fps with p99 "
-          "lateness <= 40 ms\n\n| sessions | final fps | p50 late ms | p99 late ms | CPU/session | "
-          "frames/batch | GPU util | GPU memory | dropped |\n|---|---|---|---|---|---|---|---|---|\n",
-          sp->width, sp->height, model,
-          device, mode, talking * 100, best);
+  fprintf(f, "%dx%d, %s on %s, %s batches, x264 %s, Opus complexity %d, %.0f %% talking: %d "
+          "sessions hold 25 fps with p99 lateness <= 40 ms\n\n| sessions | final fps | p50 late ms "
+          "| p99 late ms | CPU/session | frames/batch | GPU util | GPU memory | kbit/s | dropped "
+          "|\n|---|---|---|---|---|---|---|---|---|---|\n",
+          sp->width, sp->height, model, device, mode, sp->x264_preset ? sp->x264_preset : "superfast",
+          sp->opus_complexity ? sp->opus_complexity : 5, talking * 100, best);
   for (int i = 0; i < n; i++)
-    fprintf(f, "| %d | %.2f | %.2f | %.2f | %.1f %% | %.1f | %s | %s | %llu |\n", r[i].sessions,
-            r[i].final_fps, r[i].late_p50_ms, r[i].late_p99_ms, r[i].cpu_per_session * 100,
-            r[i].mean_batch, gpu_cell(r[i].gpu_util_pct, " %", 0),
-            gpu_cell(r[i].gpu_util_pct < 0 ? -1 : r[i].gpu_mem_peak_mb, " MiB", 1), r[i].dropped);
+    fprintf(f, "| %d | %.2f | %.2f | %.2f | %.1f %% | %.1f | %s | %s | %.0f | %llu |\n",
+            r[i].sessions, r[i].final_fps, r[i].late_p50_ms, r[i].late_p99_ms,
+            r[i].cpu_per_session * 100, r[i].mean_batch, gpu_cell(r[i].gpu_util_pct, " %", 0),
+            gpu_cell(r[i].gpu_util_pct < 0 ? -1 : r[i].gpu_mem_peak_mb, " MiB", 1), r[i].kbps,
+            r[i].dropped);
   fclose(f);
   snprintf(path, sizeof path, "%s.svg", prefix);
   if (!(f = fopen(path, "w"))) return fc_error_set(FC_EIO, "%s: cannot write", path);

@@ -290,7 +290,31 @@ def avatar_tasks(c):
     check(is_error(st, js, 404), "DELETE unknown task: 404")
 
 
+def test_bench_serve():
+    """bench serve end to end on the CPU: two talking sessions, the report files and their fields."""
+    with tempfile.TemporaryDirectory() as d:
+        prefix = os.path.join(d, "b")
+        r = subprocess.run([BIN, "bench", "serve", "--sessions", "2", "--seconds", "2", "--preset", "ultrafast",
+                            "--opus-complexity", "3", "--out", prefix], capture_output=True, text=True, timeout=120)
+        check(r.returncode == 0, f"bench serve exit {r.returncode}: {r.stderr.strip()[-200:]}")
+        check("CPU by thread:" in r.stdout and "v:src" in r.stdout, "bench serve: CPU by thread names the video encoder")
+        try:
+            js = json.load(open(prefix + ".json"))
+            md = open(prefix + ".md").read()
+            svg = open(prefix + ".svg").read()
+        except (OSError, ValueError) as e:
+            check(False, f"bench serve report files: {e}")
+            return
+        pt = js["points"][0] if js.get("points") else {}
+        check(pt.get("sessions") == 2 and pt.get("final_fps", 0) > 20, f"bench serve: 2 sessions at ~25 fps: {pt}")
+        check(pt.get("gpu_util_pct") == -1 and pt.get("gpu_mem_peak_mb") == 0, "bench serve on the CPU: no GPU readings")
+        check(50 < pt.get("kbps", 0) < 1600, f"bench serve: encoded kbit/s per session plausible: {pt.get('kbps')}")
+        check("Opus complexity 3" in md and "x264 ultrafast" in md and "| 2 |" in md, "bench serve: Markdown table")
+        check(svg.startswith("<svg") and "polyline" in svg, "bench serve: SVG plot")
+
+
 def main():
+    test_bench_serve()
     r = subprocess.run([BIN, "serve", "--port", "0", "--preset", "bogus"], capture_output=True, text=True, timeout=30)
     check(r.returncode == 2 and r.stderr.count("\n") == 1 and "bogus" in r.stderr, "serve --preset bogus: one line, exit 2")
     for bad in ("0", "11", "five"):
