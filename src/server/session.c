@@ -197,8 +197,19 @@ void fc_session_fill_locked(fc_session *s, int max) {
     const int16_t *pcm;
     int err = fc_stream_next_frame(s->stream, &fi, &img, &pcm);
     if (err) {
-      if (err != FC_EAGAIN && err != FC_EEOF)
-        g_warning("session %s: frame production failed: %s", s->id, fc_error_detail(err));
+      if (err != FC_EAGAIN && err != FC_EEOF) {
+        /* Speech that cannot be made is dropped, as by an interrupt: otherwise the session
+         * would wait for it for ever (on a GPU the pacer sends nothing while speech is
+         * pending) instead of going back to its idle frames. */
+        g_warning("session %s: frame production failed, speech dropped: %s", s->id,
+                  fc_error_detail(err));
+        fc_stream_interrupt(s->stream);
+        g_mutex_lock(&s->q_lock);
+        uint32_t cut = s->pushed_utt;
+        s->pushed_utt = 0;
+        g_mutex_unlock(&s->q_lock);
+        if (cut) fc_session_post_event(s, "end", cut);
+      }
       break;
     }
     memcpy(slot->i420, img, fsz);

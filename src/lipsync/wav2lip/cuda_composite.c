@@ -42,7 +42,6 @@ struct w2l_ccache {
   w2l_cjob *h_jobs, *d_jobs; /* max_batch each */
   uint8_t *h_out, *d_out;
   size_t out_cap;
-  uint64_t uploads, resets; /* for tests and reports */
 };
 
 static int cerr(cudaError_t e, const char *what) {
@@ -138,16 +137,14 @@ static int upload(w2l_ccache *c, centry *e, const fc_w2l_job *j, fc_w2l_base_fn 
     memcpy(c->h_stage + (size_t)y * 3 * j->box_w, j->rgb + (size_t)y * j->rgb_stride,
            (size_t)3 * j->box_w);
   memcpy(c->h_stage + nrgb, j->out, nbase);
-  e->key = j->key;
-  e->bw = j->box_w, e->bh = j->box_h, e->y0 = j->y0;
-  e->rgb = c->src_used;
-  e->base = c->src_used + ALIGN(nrgb);
+  uint64_t rgb = c->src_used, bg = c->src_used + ALIGN(nrgb);
+  CK(cudaMemcpyAsync(c->d_src + rgb, c->h_stage, nrgb, cudaMemcpyHostToDevice, c->st), "upload");
+  CK(cudaMemcpyAsync(c->d_src + bg, c->h_stage + nrgb, nbase, cudaMemcpyHostToDevice, c->st),
+     "upload");
+  /* the entry becomes visible only once its pixels are on their way */
+  *e = (centry){.key = j->key, .rgb = rgb, .base = bg, .bw = j->box_w, .bh = j->box_h, .y0 = j->y0};
   c->src_used += ALIGN(nrgb) + ALIGN(nbase);
   c->tab_used++;
-  c->uploads++;
-  CK(cudaMemcpyAsync(c->d_src + e->rgb, c->h_stage, nrgb, cudaMemcpyHostToDevice, c->st), "upload");
-  CK(cudaMemcpyAsync(c->d_src + e->base, c->h_stage + nrgb, nbase, cudaMemcpyHostToDevice, c->st),
-     "upload");
   return FC_OK;
 }
 
@@ -171,7 +168,7 @@ restart:
                               "device cache", c->src_cap >> 20);
         CK(cudaStreamSynchronize(c->st), "cache reset");
         memset(c->tab, 0, TAB_SLOTS * sizeof *c->tab);
-        c->tab_used = 0, c->src_used = 0, c->resets++;
+        c->tab_used = 0, c->src_used = 0;
         reset = 1;
         goto restart;
       }
@@ -210,5 +207,4 @@ void w2l_ccache_deliver(const w2l_ccache *c, const fc_w2l_job *jobs, int n) {
 void w2l_ccache_buffers(const w2l_ccache *c, w2l_ccache_bufs *b) {
   b->d_src = c->d_src, b->d_jobs = c->d_jobs, b->h_jobs = c->h_jobs;
   b->d_out = c->d_out, b->h_out = c->h_out;
-  b->uploads = c->uploads, b->resets = c->resets;
 }

@@ -55,7 +55,6 @@ typedef struct w2l_ccache_bufs {
   uint8_t *d_src;          /* the source arena */
   void *d_jobs, *h_jobs;   /* w2l_cjob[max_batch], device and pinned host */
   uint8_t *d_out, *h_out;  /* the packed finished rects */
-  uint64_t uploads, resets; /* keys uploaded, cache drops so far */
 } w2l_ccache_bufs;
 int w2l_ccache_create(w2l_ccache **c, int max_batch, cudaStream_t st);
 void w2l_ccache_destroy(w2l_ccache *c);
