@@ -307,4 +307,5 @@ void fc_http_register(fc_server *srv) {
   }
   soup_server_add_websocket_handler(s, "/ws/audio", NULL, NULL, fc_route_ws_audio, srv, NULL);
   fc_avatar_tasks_register(srv);
+  fc_render_tasks_register(srv);
 }

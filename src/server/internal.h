@@ -47,6 +47,23 @@ extern const double fc_late_bounds_ms[FC_LATE_BUCKETS];
 
 typedef struct fc_session fc_session;
 
+/* A thread that submits lip-sync frames to the scheduler and waits for them (a session's
+ * producing worker, a bulk render): fc_sched_waiter_done is the client's done callback's body
+ * (scheduler thread), fc_sched_waiter_run submits n frames with deadlines first_due, +step, …
+ * and waits until every accepted one is done; the first failure's detail (made on the
+ * scheduler's thread) is set again on the caller's. */
+typedef struct fc_sched_waiter {
+  GMutex lock;
+  GCond cond;
+  int left, err;
+  char detail[200];
+} fc_sched_waiter;
+void fc_sched_waiter_init(fc_sched_waiter *w);
+void fc_sched_waiter_clear(fc_sched_waiter *w);
+void fc_sched_waiter_done(fc_sched_waiter *w, int status);
+int fc_sched_waiter_run(fc_sched_waiter *w, fc_sched_client *c, const fc_lipsync_req *reqs,
+                        fc_patch *out, int n, int64_t first_due, int64_t step);
+
 #define FC_SERVER_MAX_DEVICES 16
 
 typedef struct fc_server {
@@ -86,6 +103,7 @@ typedef struct fc_server {
   GThreadPool *workers;
 
   struct fc_avatar_tasks *avatar_tasks; /* avatars.c */
+  struct fc_render_tasks *render_tasks; /* renders.c */
 
   /* Pacer threads: each paces the sessions whose shard is its index (pacer.c). */
   struct fc_pacer *pacers;
@@ -129,11 +147,7 @@ struct fc_session {
 
   /* lip-sync through the scheduler: the pulling thread waits until its requests are done */
   fc_sched_client *client;
-  GMutex sched_lock;
-  GCond sched_cond;
-  int sched_left, sched_err;
-  char sched_detail[200]; /* the first failed request's error detail (set on the scheduler's
-                           * thread, where the detail was made) */
+  fc_sched_waiter wait;
 
   GMutex out_lock;
   fc_live *live;
@@ -283,6 +297,10 @@ void fc_route_ws_audio(SoupServer *server, SoupServerMessage *msg, const char *p
 /* avatars.c: the avatar studio's HTTP tasks (/api/avatar/task...). */
 void fc_avatar_tasks_register(fc_server *srv);
 void fc_avatar_tasks_free(fc_server *srv);
+/* renders.c: bulk MP4 renders through the scheduler (POST/GET/DELETE /api/render). Free
+ * before the scheduler: a running render is its client. */
+void fc_render_tasks_register(fc_server *srv);
+void fc_render_tasks_free(fc_server *srv);
 /* Answers {code:-1,msg} with an HTTP status. */
 void fc_http_error(SoupServerMessage *msg, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -280,6 +280,7 @@ void fc_server_destroy(fc_server *srv) {
   if (srv->soup) soup_server_disconnect(srv->soup);
   if (srv->workers) g_thread_pool_free(srv->workers, FALSE, TRUE);
   fc_avatar_tasks_free(srv);
+  fc_render_tasks_free(srv);
   /* Replies the workers posted at the end are dropped with their sources. */
   while (g_main_context_iteration(srv->ctx, FALSE)) {
   }

@@ -7,43 +7,61 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void lipsync_done(void *user, fc_sched_req *req, int status) {
-  fc_session *s = user;
-  g_mutex_lock(&s->sched_lock);
-  if (status && !s->sched_err) {
-    s->sched_err = status;
-    snprintf(s->sched_detail, sizeof s->sched_detail, "%s", fc_error_detail(status));
+void fc_sched_waiter_init(fc_sched_waiter *w) {
+  g_mutex_init(&w->lock);
+  g_cond_init(&w->cond);
+  w->left = w->err = 0;
+}
+
+void fc_sched_waiter_clear(fc_sched_waiter *w) {
+  g_mutex_clear(&w->lock);
+  g_cond_clear(&w->cond);
+}
+
+void fc_sched_waiter_done(fc_sched_waiter *w, int status) {
+  g_mutex_lock(&w->lock);
+  if (status && !w->err) {
+    w->err = status;
+    snprintf(w->detail, sizeof w->detail, "%s", fc_error_detail(status));
   }
-  s->sched_left--;
-  g_cond_broadcast(&s->sched_cond);
-  g_mutex_unlock(&s->sched_lock);
+  w->left--;
+  g_cond_broadcast(&w->cond);
+  g_mutex_unlock(&w->lock);
+}
+
+int fc_sched_waiter_run(fc_sched_waiter *w, fc_sched_client *c, const fc_lipsync_req *reqs,
+                        fc_patch *out, int n, int64_t first_due, int64_t step) {
+  fc_lipsync_work work[16];
+  if (n > 16) return fc_error_set(FC_EINVAL, "lip-sync batches through the scheduler are at most 16 frames");
+  g_mutex_lock(&w->lock);
+  w->left = 0, w->err = 0;
+  int err = 0;
+  for (int i = 0; i < n && !err; i++) {
+    work[i] = (fc_lipsync_work){&reqs[i], &out[i]};
+    if (!(err = fc_sched_submit(c, first_due + i * step, &work[i]))) w->left++;
+  }
+  while (w->left > 0) g_cond_wait(&w->cond, &w->lock);
+  if (!err && w->err) err = fc_error_set(w->err, "%s", w->detail);
+  g_mutex_unlock(&w->lock);
+  return err;
+}
+
+static void lipsync_done(void *user, fc_sched_req *req, int status) {
+  fc_sched_waiter_done(&((fc_session *)user)->wait, status);
   (void)req;
 }
 
 int fc_session_lipsync(void *session, const fc_lipsync_req *reqs, fc_patch *out,
                        const fc_frame_info *info, int n) {
   fc_session *s = session;
-  fc_lipsync_work w[16];
-  if (n > 16) return fc_error_set(FC_EINVAL, "session: lip-sync batches are at most 16 frames");
   /* Deadlines: the frame after the ones already waiting for the pacer, 40 ms apart. An
    * approximation of the pacer's clock, good enough to order sessions by urgency. */
-  int64_t now = fc_sched_now_ns();
   g_mutex_lock(&s->q_lock);
   int ahead = s->r_count;
   g_mutex_unlock(&s->q_lock);
-  g_mutex_lock(&s->sched_lock);
-  s->sched_left = 0, s->sched_err = 0;
-  int err = 0;
-  for (int i = 0; i < n && !err; i++) {
-    w[i] = (fc_lipsync_work){&reqs[i], &out[i]};
-    int64_t due = now + (int64_t)(ahead + 1 + i) * 40000000;
-    if (!(err = fc_sched_submit(s->client, due, &w[i]))) s->sched_left++;
-  }
-  while (s->sched_left > 0) g_cond_wait(&s->sched_cond, &s->sched_lock);
-  if (!err && s->sched_err) err = fc_error_set(s->sched_err, "%s", s->sched_detail);
-  g_mutex_unlock(&s->sched_lock);
   (void)info;
-  return err;
+  return fc_sched_waiter_run(&s->wait, s->client, reqs, out, n,
+                             fc_sched_now_ns() + (int64_t)(ahead + 1) * 40000000, 40000000);
 }
 
 /* Without the scheduler (benchmarks' solo_batches): the session's own batch, one backend call
@@ -80,8 +98,7 @@ fc_session *fc_session_new(fc_server *srv, fc_avatar *av, int *err) {
   g_mutex_init(&s->q_lock);
   g_mutex_init(&s->out_lock);
   s->state = FC_LIVE_CONNECTING;
-  g_mutex_init(&s->sched_lock);
-  g_cond_init(&s->sched_cond);
+  fc_sched_waiter_init(&s->wait);
   fc_sched_client_params cp = {.cls = FC_SCHED_LIVE, .done = lipsync_done, .user = s};
   if (srv->sched && !(s->client = fc_sched_client_add(srv->sched, &cp, err))) goto fail;
   fc_stream_params sp = {.avatar = av,
@@ -132,8 +149,7 @@ void fc_session_unref(fc_session *s) {
    * stopped by fc_session_close (or never started). */
   fc_stream_destroy(s->stream);
   if (s->client) fc_sched_client_remove(s->client); /* nothing of ours is queued by now */
-  g_mutex_clear(&s->sched_lock);
-  g_cond_clear(&s->sched_cond);
+  fc_sched_waiter_clear(&s->wait);
   for (int i = 0; i < FC_READY_FRAMES; i++) free(s->ready[i].i420);
   fc_server_avatar_put(s->srv, s->avatar);
   g_mutex_clear(&s->lock);

@@ -10,6 +10,7 @@ import os
 import re
 import socket
 import struct
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -290,6 +291,62 @@ def avatar_tasks(c):
     check(is_error(st, js, 404), "DELETE unknown task: 404")
 
 
+def renders(c):
+    """Bulk renders through the server's scheduler (one live session is open meanwhile)."""
+    st, js, _, _ = c.post("/api/render", {"text": "Hello there. This file was rendered in bulk, beside a live session."})
+    check(st == 200 and js["code"] == 0 and js["data"]["status"] == "pending", f"POST /api/render: {st} {js}")
+    rid = js["data"]["task_id"] if st == 200 else "x"
+    t0, info = time.time(), {}
+    while time.time() - t0 < 90:
+        st, js, _, _ = c.req("GET", f"/api/render/{rid}")
+        info = js.get("data", {}) if isinstance(js, dict) else {}
+        if info.get("status") in ("completed", "failed", "canceled"):
+            break
+        time.sleep(0.3)
+    check(info.get("status") == "completed" and info.get("progress") == 100 and info.get("frames", 0) > 50,
+          f"render completed: {info}")
+    st, _, body, r = c.req("GET", info.get("url", "/api/render/x/file"))
+    check(st == 200 and r.getheader("Content-Type") == "video/mp4" and body[4:8] == b"ftyp", f"render file: {st}, {len(body)} bytes")
+    if st == 200 and shutil.which("ffprobe"):
+        with tempfile.NamedTemporaryFile(suffix=".mp4") as f:
+            f.write(body)
+            f.flush()
+            out = subprocess.run(["ffprobe", "-v", "error", "-show_entries", "stream=codec_name,nb_frames",
+                                  "-of", "csv=p=0", f.name], capture_output=True, text=True).stdout
+        check("h264" in out and "aac" in out and str(info.get("frames")) in out, f"render file: H.264 + AAC, every frame: {out.split()}")
+    st, js, _, _ = c.req("GET", f"/api/render/{rid}/file/x")
+    check(is_error(st, js, 404), "render: bad sub-path 404")
+    st, js, _, _ = c.req("PUT", f"/api/render/{rid}", {"a": 1})
+    check(is_error(st, js, 405), "render: PUT 405")
+    for body, code, what in ((b"{nope", 400, "malformed JSON"), ({}, 400, "no text"), ({"text": 5}, 400, "text not a string"),
+                             ({"text": "hi", "avatar": "nosuch"}, 404, "unknown avatar"),
+                             ({"text": "hi", "avatar": "../x"}, 400, "bad avatar id"),
+                             ({"text": "x" * 20001}, 413, "text too long")):
+        st, js, _, _ = c.post("/api/render", body)
+        check(is_error(st, js, code), f"render with {what}: {code} ({st})")
+    st, js, _, _ = c.req("GET", "/api/render/nosuch")
+    check(is_error(st, js, 404), "unknown render: 404")
+    # cancel: a long text, deleted at once (pending or running)
+    st, js, _, _ = c.post("/api/render", {"text": "This one is long. " * 60, "task_id": "long-one"})
+    check(st == 200 and js["data"]["task_id"] == "long-one", "render with a task_id")
+    st, js, _, _ = c.post("/api/render", {"text": "again", "task_id": "long-one"})
+    check(is_error(st, js, 409), "render: duplicate task_id 409")
+    c.req("DELETE", "/api/render/long-one")
+    t0 = time.time()
+    while time.time() - t0 < 30:
+        st, js, _, _ = c.req("GET", "/api/render/long-one")
+        if js["data"]["status"] in ("canceled", "failed", "completed"):
+            break
+        time.sleep(0.2)
+    check(js["data"]["status"] == "canceled", f"render canceled: {js['data']}")
+    st, js, _, _ = c.req("GET", "/api/render/long-one/file")
+    check(is_error(st, js, 409), "canceled render has no file: 409")
+    st, js, _, _ = c.req("DELETE", f"/api/render/{rid}")
+    check(st == 200 and js["data"]["status"] == "deleted", "DELETE finished render")
+    st, js, _, _ = c.req("GET", f"/api/render/{rid}/file")
+    check(is_error(st, js, 404), "deleted render: 404")
+
+
 def test_bench_serve():
     """bench serve end to end on the CPU: two talking sessions, the report files and their fields."""
     with tempfile.TemporaryDirectory() as d:
@@ -502,6 +559,7 @@ def main():
         st, js, _, _ = c.req("PUT", "/human", {"x": 1})
         check(st in (404, 405) and js["code"] == -1, "wrong method: 4xx JSON")
         avatar_tasks(c)
+        renders(c)
         check(proc.poll() is None, "server still running")
     finally:
         proc.terminate()
@@ -562,7 +620,6 @@ def main():
         check(is_error(st, js, 404) and "other" in js["msg"], "offer with an unknown avatar: 404 names it")
         proc.terminate()
         check(proc.wait(15) == 0, "pack server exits cleanly")
-    import shutil
     shutil.rmtree(DATA_DIR, ignore_errors=True)
     print(f"{len(FAILS)} failed" if FAILS else "all API checks passed")
     return 1 if FAILS else 0
