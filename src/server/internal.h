@@ -135,7 +135,7 @@ struct fc_session {
 
   GMutex lock;        /* the stream (and closed) */
   fc_stream *stream;
-  int closed;
+  gint closed;        /* set once (atomic: the pacers read it without the lock) */
   gint pending;       /* atomic: the stream can make a frame now (fc_stream_producible) */
   gint speech;        /* atomic: the stream holds speech not yet made into frames
                        * (both set under s->lock by whoever changed that; read without it) */

@@ -6,8 +6,9 @@
  * that is empty while speech is pending, on the CPU the frame is produced here and then
  * (counted late) — on a GPU, or while a worker holds the session's stream, the session sends
  * nothing this tick (counted late and busy) rather than make every other session wait; if no
- * speech is pending, the idle frame (cached rest picture, silence). The frame goes to the live output and the
- * recorder; utterance marks become SSE events; the ready queue is topped up by a worker.
+ * speech is pending, the idle frame (cached rest picture, silence). The frame goes to the live
+ * output and the recorder; utterance marks become SSE events; the ready queue is topped up by
+ * a worker.
  * Lateness (push time minus the tick's deadline) feeds the histogram in /metrics.
  * Drop policy: when a whole tick finishes more than 5 frames behind schedule (the machine is
  * overloaded), the missed ticks are skipped — frames are not sent in a burst to catch up — and
@@ -76,7 +77,7 @@ static void pace_one(fc_server *srv, fc_session *s, int64_t deadline) {
   fc_frame_info fi;
   int from_queue = 0, late = 0, err = 0;
 
-  if (s->closed) return; /* set once, under s->lock; a stale read costs one more frame */
+  if (g_atomic_int_get(&s->closed)) return; /* set once; a stale read costs one more frame */
   from_queue = peek(s, &fi, &img, &pcm);
   if (!from_queue) {
     /* Nothing ready: the stream itself (idle frame, or on the CPU speech made here on the

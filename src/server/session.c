@@ -346,7 +346,7 @@ void fc_session_close(fc_session *s, const char *why) {
   if (!owned) return; /* closed already */
   fc_session_ref(s);  /* keep it alive through this function */
   g_mutex_lock(&s->lock);
-  s->closed = 1;
+  g_atomic_int_set(&s->closed, 1); /* also read without the lock by the pacers */
   g_mutex_unlock(&s->lock);
   if (s->connect_timer) g_source_remove(s->connect_timer);
   s->connect_timer = 0;
