@@ -222,16 +222,28 @@ static void test_bad_jobs(void) {
   fc_w2l_destroy(m);
 }
 
+/* The default photo avatar and the "wav2lip" backend on the test network (CPU), made once
+ * for the tests below; NULL when either cannot be made. */
+static fc_avatar *g_av;
+static fc_lipsync *g_ls;
+
+static int photo_and_backend(fc_avatar **av, fc_lipsync **ls) {
+  int err = 0;
+  fc_avatar_params ap = fc_avatar_params_default();
+  if (!g_av) g_av = fc_avatar_create_from_image(fc_avatar_default_path(), &ap, &err);
+  fc_lipsync_params lp = {.model = "wav2lip", .checkpoint = CKPT, .device = "cpu"};
+  if (g_av && !g_ls) g_ls = fc_lipsync_create(&lp, &err);
+  if (!g_av || !g_ls) fprintf(stderr, "  set-up: %s\n", fc_error_detail(err));
+  *av = g_av, *ls = g_ls;
+  return g_av && g_ls;
+}
+
 /* The "wav2lip" lip-sync backend on a photo avatar: finished I420 patches that the compositor
  * copies; the frame outside the patch rect is the avatar's to the byte. */
 static void test_backend_photo(void) {
-  fc_avatar_params ap = fc_avatar_params_default();
-  int err;
-  fc_avatar *av = fc_avatar_create_from_image(fc_avatar_default_path(), &ap, &err);
-  FC_REQUIRE(av);
-  fc_lipsync_params lp = {.model = "wav2lip", .checkpoint = CKPT, .device = "cpu"};
-  fc_lipsync *ls = fc_lipsync_create(&lp, &err);
-  FC_REQUIRE(ls);
+  fc_avatar *av;
+  fc_lipsync *ls;
+  FC_REQUIRE(photo_and_backend(&av, &ls));
   size_t cap = fc_lipsync_patch_capacity(ls, av);
   FC_REQUIRE(cap > 0);
   static float mel[3][MEL];
@@ -273,21 +285,16 @@ static void test_backend_photo(void) {
   FC_CHECK(coutside == 0);
   for (int k = 0; k < 3; k++) free(pt[k].rgb), free(pt[k].alpha);
   free(plain), free(comp), free(scratch);
-  fc_lipsync_destroy(ls);
-  fc_avatar_destroy(av);
 }
 
 /* A stream on a neural backend: at rest the photo as it is (the backend draws only from
  * speech); streamed audio is producible once a mel window's 200 ms look-ahead has arrived, an
  * utterance at once. */
 static void test_stream_neural(void) {
-  fc_avatar_params ap = fc_avatar_params_default();
+  fc_avatar *av;
+  fc_lipsync *ls;
   int err;
-  fc_avatar *av = fc_avatar_create_from_image(fc_avatar_default_path(), &ap, &err);
-  FC_REQUIRE(av);
-  fc_lipsync_params lp = {.model = "wav2lip", .checkpoint = CKPT, .device = "cpu"};
-  fc_lipsync *ls = fc_lipsync_create(&lp, &err);
-  FC_REQUIRE(ls);
+  FC_REQUIRE(photo_and_backend(&av, &ls));
   fc_stream_params sp = {.avatar = av, .lipsync = ls, .batch = 4, .max_pending = 64000};
   fc_stream *st = fc_stream_create(&sp, &err);
   FC_REQUIRE(st);
@@ -315,8 +322,6 @@ static void test_stream_neural(void) {
   FC_CHECK_INT(fc_stream_producible(st), ==, 1);
   fc_stream_destroy(st);
   free(plain);
-  fc_lipsync_destroy(ls);
-  fc_avatar_destroy(av);
 }
 
 /* ---- GPU against the host path ---- */
@@ -409,5 +414,7 @@ int main(void) {
   FC_RUN(test_cuda_fp32);
   FC_RUN(test_cuda_fp16);
   FC_RUN(test_cuda_cache_overflow);
+  fc_lipsync_destroy(g_ls);
+  fc_avatar_destroy(g_av);
   FC_TEST_EXIT();
 }

@@ -1027,8 +1027,8 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
    * payloader anyway. Rate control: constant quality (CRF 23, x264's default quality) capped
    * at video_kbps through the VBV, not an average bit rate: a talking head is mostly still, so
    * an average rate spends its bits on noise at a low quantizer, and x264's time grows with
-   * what it codes. Measured with bench serve at 512x512 (ultrafast): 1,510 -> ~500 kbit/s per
-   * session and 3.9 -> 2.6 % of a core for the encoder. */
+   * what it codes. Measured with bench serve at 512x512 (ultrafast; docs/BENCHMARKS.md):
+   * 1.5 -> 0.53 Mbit/s per session, encoder thread 3.8-3.9 -> 2.2-2.8 % of a core. */
   if ((rc = fc_gst_set_speed_preset(venc, p.x264_preset, "live output"))) goto fail;
   gst_util_set_object_arg(G_OBJECT(venc), "tune", "zerolatency");
   gst_util_set_object_arg(G_OBJECT(venc), "pass", "qual");

@@ -110,7 +110,6 @@ typedef struct fc_server {
   int n_pacers;
   gint next_shard;
   gint stopping;
-  int pacer_realtime; /* the pacers got SCHED_RR */
   GMutex stat_lock;   /* the pacers' shared counters below */
 
   /* Pacer-written counters (under stat_lock), read by /metrics (64-bit aligned loads are

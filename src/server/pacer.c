@@ -175,7 +175,7 @@ static gpointer pacer_main(gpointer data) {
    * and encoders (where the system allows it; otherwise it runs as an ordinary thread). Its
    * work per tick is bounded: a push per session, and production only for a lagging one. */
   struct sched_param sp = {.sched_priority = 1};
-  if (pthread_setschedparam(pthread_self(), SCHED_RR, &sp) == 0) srv->pacer_realtime = 1;
+  pthread_setschedparam(pthread_self(), SCHED_RR, &sp); /* refused: an ordinary thread */
   int64_t deadline = now_ns();
   while (!g_atomic_int_get(&srv->stopping)) {
     deadline += TICK_NS;
