@@ -794,6 +794,10 @@ static void test_bad_params(void) {
   FC_CHECK(fc_live_create(&p, NULL, NULL, NULL, &err) == NULL);
   FC_CHECK_INT(err, ==, FC_EINVAL);
   FC_CHECK(strstr(fc_error_detail(err), "warp-speed") != NULL);
+  p = params(FC_LIVE_NULL, &c);
+  p.video_qp = 52; /* H.264 quantizers end at 51 */
+  FC_CHECK(fc_live_create(&p, NULL, NULL, NULL, &err) == NULL);
+  FC_CHECK_INT(err, ==, FC_EINVAL);
   p = params(FC_LIVE_WEBRTC, &c);
   p.stun_server = "stun.example.org:3478";
   FC_CHECK(fc_live_create(&p, CHROME_OFFER, on_answer, &c, &err) == NULL);
@@ -844,6 +848,40 @@ static void test_null_kind(void) {
   log_clear(&c);
 }
 
+/* video_qp reaches x264: the same 20 frames at a fine and at a coarse constant quantizer (and
+ * the capped constant quality) all encode, the fine one to several times the bytes (the same Opus in each). */
+static void test_null_qp(void) {
+  cb_log c;
+  log_init(&c);
+  const int qps[3] = {10, 40, 0};
+  uint64_t bytes[3] = {0};
+  for (int k = 0; k < 3; k++) {
+    fc_live_params p = params(FC_LIVE_NULL, &c);
+    p.video_qp = qps[k];
+    int err = -1;
+    fc_live *l = fc_live_create(&p, NULL, NULL, NULL, &err);
+    FC_REQUIRE(l);
+    FC_CHECK_INT(push_realtime(l, 0, 20), ==, 0);
+    fc_live_stats st = {0};
+    uint64_t last = 0;
+    for (int t = 0, still = 0; t < 100 && still < 4; t++) { /* until the bytes stop growing */
+      g_usleep(25000);
+      fc_live_get_stats(l, &st);
+      still = st.bytes_sent == last ? still + 1 : 0;
+      last = st.bytes_sent;
+    }
+    FC_CHECK_INT(st.frames_dropped, ==, 0);
+    bytes[k] = st.bytes_sent;
+    fc_live_destroy(l);
+  }
+  fprintf(stderr, "  qp: 20 frames at QP 10 %llu bytes, QP 40 %llu, capped CRF %llu\n",
+          (unsigned long long)bytes[0], (unsigned long long)bytes[1],
+          (unsigned long long)bytes[2]);
+  FC_CHECK(bytes[1] > 0 && bytes[2] > 0);
+  FC_CHECK(bytes[0] > 2 * bytes[1]); /* ~3.7x with the same audio in both */
+  log_clear(&c);
+}
+
 static void test_destroy_while_connecting(void) {
   cb_log c;
   log_init(&c);
@@ -889,6 +927,7 @@ int main(void) {
   FC_RUN(test_bad_params);
   FC_RUN(test_bad_offers);
   FC_RUN(test_null_kind);
+  FC_RUN(test_null_qp);
   FC_RUN(test_chrome_offer_answer);
   FC_RUN(test_destroy_while_connecting);
   FC_RUN(test_webrtc_loopback);

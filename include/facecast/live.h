@@ -40,15 +40,25 @@ typedef struct fc_live fc_live;
 typedef void (*fc_live_answer_cb)(void *user, const char *sdp, int err);
 typedef void (*fc_live_state_cb)(void *user, fc_live_state state);
 
+/* Opus' default complexity for live audio: a quarter of its cost at 10, and speech decoded
+ * from 1, 3, 5 and 10 matches the input equally well (segmental SNR within 0.1 dB;
+ * docs/BENCHMARKS.md) — Opus was a fifth of a session's CPU at 5. */
+#define FC_LIVE_OPUS_COMPLEXITY 3
+
 typedef struct fc_live_params {
   fc_live_kind kind;
   int width, height;        /* even */
   int fps;                  /* default 25 */
   int sample_rate;          /* of the pushed PCM; default 16000 */
   int video_kbps;           /* the most the video may take (constant quality, capped); 1500 */
+  /* Video rate control. 0: constant quality (CRF 23) capped at video_kbps, for pictures that
+   * move. 1..51: this constant quantizer and no cap, for a still picture whose only motion is
+   * the mouth: x264's quality and rate modes analyse every whole frame at half size first,
+   * which is most of its work when nearly every block is skipped (docs/BENCHMARKS.md). */
+  int video_qp;
   const char *x264_preset;  /* default "superfast" */
   int x264_threads;         /* default 1: many sessions share the cores */
-  int opus_complexity;      /* 1..10; 0 = 5 (half Opus' cost at 10, no audible change) */
+  int opus_complexity;      /* 1..10; 0 = FC_LIVE_OPUS_COMPLEXITY */
   const char *stun_server;  /* "stun://host:port" or NULL */
   const char *turn_server;  /* "turn(s)://user:pass@host:port" or NULL */
   fc_live_state_cb on_state;

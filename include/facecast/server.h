@@ -29,7 +29,7 @@ typedef struct fc_server_params {
   const char *record_dir;  /* where recordings go; NULL = a private temporary folder */
   int quiet;               /* no per-session fps log lines */
   const char *x264_preset; /* live video encoder preset; NULL = superfast (see live.h) */
-  int opus_complexity;     /* live audio encoder, 1..10; 0 = 5 (see live.h) */
+  int opus_complexity;     /* live audio encoder, 1..10; 0 = FC_LIVE_OPUS_COMPLEXITY */
   int solo_batches;        /* benchmarks: no cross-session batching — each session runs its own
                             * batches of 16 frames, one backend call at a time (LiveTalking's
                             * design), instead of the device scheduler */

@@ -5,6 +5,7 @@
  * render to MP4 (adding x264 + AAC + mux), and prints both as frames/s and × real time. */
 #include "cli/cli.h"
 #include "facecast/error.h"
+#include "facecast/live.h"
 #include "facecast/render.h"
 #include "facecast/server.h"
 #include "facecast/wav2lip.h"
@@ -74,7 +75,7 @@ static int write_serve_report(const char *prefix, const fc_server_params *sp, co
           "| p99 late ms | CPU/session | frames/batch | GPU util | GPU memory | kbit/s | dropped "
           "|\n|---|---|---|---|---|---|---|---|---|---|\n",
           sp->width, sp->height, model, device, mode, sp->x264_preset ? sp->x264_preset : "superfast",
-          sp->opus_complexity ? sp->opus_complexity : 5, talking * 100, best);
+          sp->opus_complexity ? sp->opus_complexity : FC_LIVE_OPUS_COMPLEXITY, talking * 100, best);
   for (int i = 0; i < n; i++)
     fprintf(f, "| %d | %.2f | %.2f | %.2f | %.1f %% | %.1f | %s | %s | %.0f | %llu |\n",
             r[i].sessions, r[i].final_fps, r[i].late_p50_ms, r[i].late_p99_ms,

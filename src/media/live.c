@@ -885,12 +885,14 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
     goto fail;
   }
   if (p.fps < 1 || p.fps > 240 || p.sample_rate < 8000 || p.sample_rate > 192000 ||
-      p.video_kbps < 1 || p.video_kbps > 100000 || p.x264_threads < 0 || p.x264_threads > 64 ||
+      p.video_kbps < 1 || p.video_kbps > 100000 || p.video_qp < 0 || p.video_qp > 51 ||
+      p.x264_threads < 0 || p.x264_threads > 64 ||
       p.opus_complexity < 0 || p.opus_complexity > 10) {
     rc = fc_error_set(FC_EINVAL,
                       "live output: invalid parameters (fps %d, sample rate %d, "
-                      "video %d kbit/s, %d x264 threads, Opus complexity %d)",
-                      p.fps, p.sample_rate, p.video_kbps, p.x264_threads, p.opus_complexity);
+                      "video %d kbit/s, QP %d, %d x264 threads, Opus complexity %d)",
+                      p.fps, p.sample_rate, p.video_kbps, p.video_qp, p.x264_threads,
+                      p.opus_complexity);
     goto fail;
   }
   if (p.stun_server && strncmp(p.stun_server, "stun://", 7) != 0) {
@@ -1028,12 +1030,16 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
    * at video_kbps through the VBV, not an average bit rate: a talking head is mostly still, so
    * an average rate spends its bits on noise at a low quantizer, and x264's time grows with
    * what it codes. Measured with bench serve at 512x512 (ultrafast; docs/BENCHMARKS.md):
-   * 1.5 -> 0.53 Mbit/s per session, encoder thread 3.8-3.9 -> 2.2-2.8 % of a core. */
+   * 1.5 -> 0.53 Mbit/s per session, encoder thread 3.8-3.9 -> 2.2-2.8 % of a core.
+   * A still picture (video_qp set) uses a constant quantizer instead: no half-size look at
+   * each whole frame, which CRF and VBV need and which was a third of x264's time on a talking
+   * photo; its bits are bounded by the moving mouth (docs/BENCHMARKS.md). */
   if ((rc = fc_gst_set_speed_preset(venc, p.x264_preset, "live output"))) goto fail;
   gst_util_set_object_arg(G_OBJECT(venc), "tune", "zerolatency");
-  gst_util_set_object_arg(G_OBJECT(venc), "pass", "qual");
-  g_object_set(venc, "quantizer", (guint)LIVE_CRF, "bitrate", (guint)p.video_kbps, "threads",
-               (guint)p.x264_threads, "key-int-max", (guint)(2 * p.fps), "trellis", FALSE, NULL);
+  gst_util_set_object_arg(G_OBJECT(venc), "pass", p.video_qp ? "quant" : "qual");
+  g_object_set(venc, "quantizer", (guint)(p.video_qp ? p.video_qp : LIVE_CRF), "bitrate",
+               (guint)p.video_kbps, "threads", (guint)p.x264_threads, "key-int-max",
+               (guint)(2 * p.fps), "trellis", FALSE, NULL);
   if (fc_gst_has_property(venc, "aud")) g_object_set(venc, "aud", FALSE, NULL);
   g_object_set(vfilter, "caps", h264caps, NULL);
   /* SPS/PPS before every IDR, so a viewer can start at any key frame; zero-latency STAP-A
@@ -1043,11 +1049,10 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
 
   /* Audio encoder: speech, 40 ms frames — the pacer hands over 40 ms of sound per video
    * frame, so shorter frames would add no responsiveness, only packets and encoder calls.
-   * Complexity 5 instead of the default 10 halves Opus' CPU (it was a tenth of a live
-   * session's cost) with no audible change for speech at this bit rate. */
+   * Complexity FC_LIVE_OPUS_COMPLEXITY (see live.h) instead of libopus' 10. */
   g_object_set(aenc, "bitrate", OPUS_BITRATE, NULL);
   char cx[8];
-  snprintf(cx, sizeof cx, "%d", p.opus_complexity ? p.opus_complexity : 5);
+  snprintf(cx, sizeof cx, "%d", p.opus_complexity ? p.opus_complexity : FC_LIVE_OPUS_COMPLEXITY);
   set_optional(aenc, "complexity", cx);
   set_optional(aenc, "frame-size", "40");
   set_optional(aenc, "audio-type", "voice");

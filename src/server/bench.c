@@ -160,13 +160,7 @@ int fc_server_bench(const fc_server_params *p, int sessions, int talking, double
   if ((err = fc_tts_speak(paragraph, NULL, &b.sp))) goto done;
   for (int i = 0; i < sessions; i++) {
     if (!(b.s[i] = fc_session_new(srv, srv->avatar, &err))) goto done;
-    fc_live_params lp = {.kind = FC_LIVE_NULL,
-                         .width = fc_avatar_width(srv->avatar),
-                         .height = fc_avatar_height(srv->avatar),
-                         .fps = FC_FPS,
-                         .sample_rate = FC_SAMPLE_RATE,
-                         .x264_preset = srv->p.x264_preset,
-                         .opus_complexity = srv->p.opus_complexity};
+    fc_live_params lp = fc_session_live_params(srv, b.s[i], FC_LIVE_NULL);
     fc_live *live = fc_live_create(&lp, NULL, NULL, NULL, &err);
     if (!live) goto done;
     g_mutex_lock(&b.s[i]->out_lock);

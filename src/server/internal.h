@@ -174,6 +174,9 @@ struct fc_session {
 /* A session on avatar av (srv->avatar or one from fc_server_avatar_get, whose reference it
  * takes over: released when the session is freed). */
 fc_session *fc_session_new(fc_server *srv, fc_avatar *av, int *err);
+/* The live output's settings for s (size, clock, the server's encoder options; a still
+ * avatar gets a constant quantizer, see fc_live_params.video_qp). */
+fc_live_params fc_session_live_params(const fc_server *srv, const fc_session *s, fc_live_kind k);
 void fc_session_ref(fc_session *s);
 void fc_session_unref(fc_session *s);
 /* Looks up and references a session; NULL when unknown or closed. */

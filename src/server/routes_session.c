@@ -131,17 +131,9 @@ static void start_session(fc_server *srv, SoupServerMessage *msg, const char *sd
   s->whep = whep;
   s->offer_msg = g_object_ref(msg);
   soup_server_message_pause(msg);
-  fc_live_params lp = {.kind = FC_LIVE_WEBRTC,
-                       .width = fc_avatar_width(s->avatar),
-                       .height = fc_avatar_height(s->avatar),
-                       .fps = FC_FPS,
-                       .sample_rate = FC_SAMPLE_RATE,
-                       .stun_server = srv->p.stun_server,
-                       .turn_server = srv->p.turn_server,
-                       .x264_preset = srv->p.x264_preset,
-                       .opus_complexity = srv->p.opus_complexity,
-                       .on_state = on_state,
-                       .user = s};
+  fc_live_params lp = fc_session_live_params(srv, s, FC_LIVE_WEBRTC);
+  lp.on_state = on_state;
+  lp.user = s;
   /* The callbacks hold no reference: they only run while the output exists, and the session
    * outlives its output (fc_session_close destroys the output before dropping the table's
    * reference; the marshalled events take their own). */

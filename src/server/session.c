@@ -77,6 +77,25 @@ static int solo_lipsync(void *session, const fc_lipsync_req *reqs, fc_patch *out
   return err;
 }
 
+/* x264's constant quantizer for a still avatar. On a talking photo (bench/x264_still_quality.sh,
+ * docs/BENCHMARKS.md) 18 beats the capped CRF 23 that moving avatars get in the worst frame,
+ * whole picture and mouth, is 0.2-0.6 dB below it on average (CRF keeps refining the still
+ * background) and takes 0.86x its bits, for about a quarter less encoder time. */
+#define STILL_QP 18
+
+fc_live_params fc_session_live_params(const fc_server *srv, const fc_session *s, fc_live_kind k) {
+  return (fc_live_params){.kind = k,
+                          .width = fc_avatar_width(s->avatar),
+                          .height = fc_avatar_height(s->avatar),
+                          .fps = FC_FPS,
+                          .sample_rate = FC_SAMPLE_RATE,
+                          .video_qp = fc_avatar_frame_count(s->avatar) == 1 ? STILL_QP : 0,
+                          .stun_server = srv->p.stun_server,
+                          .turn_server = srv->p.turn_server,
+                          .x264_preset = srv->p.x264_preset,
+                          .opus_complexity = srv->p.opus_complexity};
+}
+
 fc_session *fc_session_new(fc_server *srv, fc_avatar *av, int *err) {
   fc_session *s = NULL;
   g_mutex_lock(&srv->lock);
