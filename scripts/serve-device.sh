@@ -13,12 +13,15 @@
 #          with cross-session batching and, given SOLO_SESSIONS, with each session batching
 #          alone (--solo); JSON, Markdown and SVG under $OUT. DEV=cuda:0,cuda:1 for two GPUs;
 #          EXTRA="..." adds bench serve options (e.g. --opus-complexity 1); TAG names the files.
+#          X=/tmp/other with a bundle dir of another build (e.g. build-serve-old/) runs that one
+#          beside it on the same machine (A/B: machines of this kind differ by up to a third).
 set -u
-X=/tmp/fcserve
+X=${X:-/tmp/fcserve}
+BUNDLE=$(cd "$(dirname "$0")" && pwd)/b.tar.xz
 unpack() { # the bundle under $X; the test programs' compiled-in data paths made to resolve
   [ -x $X/facecast ] && return 0
   ROOT=$PWD
-  rm -rf $X && mkdir -p $X && tar xJf build-serve-dev/b.tar.xz -C $X || return 1
+  rm -rf $X && mkdir -p $X && tar xJf "$BUNDLE" -C $X || return 1
   SRC=$(cat $X/SRCDIR)
   [ -e "$SRC" ] || { mkdir -p "$(dirname "$SRC")" && ln -s "$ROOT" "$SRC"; }
   [ -e "$SRC/build-cuda" ] || ln -s $X "$SRC/build-cuda" # FC_BINARY of the tests
@@ -57,7 +60,7 @@ test)
   (cd $X && ./test_wav2lip 2>&1 | grep -v "broken copy\|does not look like" | tee "$OUT/test_wav2lip.log") | grep -E "^ok|FAIL|cuda" ;;
 run)
   unpack || exit 1; env_up; OUT=${OUT:-/tmp}
-  date -u
+  date -u; grep -m1 "model name" /proc/cpuinfo; nproc
   # CKPT=random: random weights everywhere (the mouth becomes noise, which costs the encoder
   # far more than a real one); default: tools/make_bench_wav2lip.py (a face comes out)
   if [ "${CKPT:-bench}" = random ]; then

@@ -1,7 +1,9 @@
 /* Compositing: a lip-sync patch pasted into its avatar frame, output as I420 for the encoder.
  *
  * The avatar keeps every frame in I420 already, so composing copies that frame, converts only
- * the patch rectangle to I420 (libyuv) and blends it in with its feathered mask. */
+ * the patch rectangle to I420 (libyuv) and blends it in with its feathered mask. Buffers that
+ * are reused frame after frame are updated by rectangles where the picture underneath is one
+ * still (fc_i420_delta): each full-frame copy of a 512×512 frame costs more than its patch. */
 #ifndef FACECAST_COMPOSE_H
 #define FACECAST_COMPOSE_H
 
@@ -17,6 +19,28 @@ extern "C" {
  * w, h; otherwise FC_EINVAL and dst holds the plain frame. */
 int fc_compose_i420(const fc_avatar *av, int frame, const fc_patch *patch, uint8_t *dst,
                     uint8_t *scratch);
+
+/* fc_compose_i420 into a dst that is reused: *held says what dst holds (zeroed for a fresh
+ * buffer) and is updated to describe the result. For a photo avatar, whose frame is one
+ * still picture, only the previous and the new patch rect are written instead of the whole
+ * frame. */
+int fc_compose_i420_update(const fc_avatar *av, int frame, const fc_patch *patch, uint8_t *dst,
+                           fc_i420_delta *held, uint8_t *scratch);
+
+/* Copies rect r (even x, y, w, h; clipped to the w×h picture) of an I420 picture of width w
+ * and height h between planes with the given strides (bytes per row, per plane). */
+void fc_i420_copy_rect(uint8_t *const dst[3], const int dst_stride[3], const uint8_t *const src[3],
+                       const int src_stride[3], int w, int h, fc_rect r);
+
+/* Makes dst (planes and strides; it holds what *held describes) equal to src (tightly packed
+ * w×h I420, described by *src_delta, which may be NULL) with the least copying: when both are
+ * described against the same base, held->changed is restored from base and src_delta->changed
+ * copied from src; otherwise the whole picture is copied. *held becomes *src_delta. */
+void fc_i420_update(uint8_t *const dst[3], const int dst_stride[3], fc_i420_delta *held,
+                    const uint8_t *src, const fc_i420_delta *src_delta, int w, int h);
+
+/* The planes and strides of a tightly packed w×h I420 buffer. */
+void fc_i420_planes(const uint8_t *buf, int w, int h, uint8_t *planes[3], int strides[3]);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,15 @@ typedef struct fc_rect {
   int x, y, w, h;
 } fc_rect;
 
+/* An I420 picture (tightly packed planes) described against a still base picture of the same
+ * size: outside `changed` every pixel is base's. base NULL: nothing is known. A holder of an
+ * earlier copy can then rewrite two rectangles instead of the whole picture (fc_i420_update,
+ * compose.h): a talking photo changes only around the mouth. */
+typedef struct fc_i420_delta {
+  const uint8_t *base;
+  fc_rect changed; /* even x, y, w, h inside the picture; w or h 0: the picture is base */
+} fc_i420_delta;
+
 typedef struct fc_image {
   int w, h;
   int stride;   /* bytes per row, >= 3*w */

@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "facecast/image.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -87,6 +89,12 @@ void fc_live_destroy(fc_live *l);
  * out as usual. Returns 0, or FC_EMEDIA after a pipeline error. */
 int fc_live_push(fc_live *l, const uint8_t *i420, int64_t index, const int16_t *pcm, size_t n,
                  int64_t first_sample);
+
+/* fc_live_push with what the picture holds against a still base (image.h; delta may be NULL:
+ * unknown). The output's reused frame buffers then take two rectangles instead of the whole
+ * picture when it and they were described against the same base. */
+int fc_live_push_delta(fc_live *l, const uint8_t *i420, const fc_i420_delta *delta, int64_t index,
+                       const int16_t *pcm, size_t n, int64_t first_sample);
 
 /* Asks the encoder for a key frame now (a new viewer, a PLI from the peer is handled inside). */
 void fc_live_force_keyframe(fc_live *l);

@@ -84,6 +84,7 @@
 #include <gst/video/video.h>
 #include <gst/webrtc/webrtc.h>
 
+#include "facecast/compose.h"
 #include "media/gst_common.h"
 
 #include <stdatomic.h>
@@ -1195,14 +1196,47 @@ static GstClockTime running_time_now(fc_live *l) {
   return now > base ? now - base : 0;
 }
 
-static int push_video(fc_live *l, const uint8_t *i420, int64_t index) {
+/* What a pooled video buffer's memory holds, kept on the buffer (the pool recycles buffers
+ * with their memory and qdata, and frees both together when it drops one). */
+static GQuark held_quark(void) {
+  static gsize q; /* pacer threads call this concurrently */
+  if (g_once_init_enter(&q)) g_once_init_leave(&q, g_quark_from_static_string("facecast-i420-held"));
+  return (GQuark)q;
+}
+
+/* Copies the caller's picture into a pooled buffer: by rectangles when the buffer already
+ * holds a picture of the same still base (a talking photo), else whole. */
+static int fill_video(fc_live *l, GstBuffer *buf, const uint8_t *i420, const fc_i420_delta *delta) {
+  fc_i420_delta *held = gst_mini_object_get_qdata(GST_MINI_OBJECT(buf), held_quark());
+  if (!held) { /* once per buffer the pool makes */
+    held = g_new0(fc_i420_delta, 1);
+    gst_mini_object_set_qdata(GST_MINI_OBJECT(buf), held_quark(), held, g_free);
+  }
+  GstVideoFrame vf;
+  if (!gst_video_frame_map(&vf, &l->vinfo, buf, GST_MAP_WRITE)) {
+    held->base = NULL;
+    return -1;
+  }
+  uint8_t *planes[3];
+  int strides[3];
+  for (int i = 0; i < 3; i++) {
+    planes[i] = GST_VIDEO_FRAME_PLANE_DATA(&vf, i);
+    strides[i] = GST_VIDEO_FRAME_PLANE_STRIDE(&vf, i);
+  }
+  fc_i420_update(planes, strides, held, i420, delta, l->p.width, l->p.height);
+  gst_video_frame_unmap(&vf);
+  return 0;
+}
+
+static int push_video(fc_live *l, const uint8_t *i420, const fc_i420_delta *delta,
+                      int64_t index) {
   GstBuffer *buf = NULL;
   GstFlowReturn flow = gst_buffer_pool_acquire_buffer(l->vpool, &buf, NULL);
   if (flow != GST_FLOW_OK || !buf) {
     return fc_error_set(FC_EMEDIA, "live output: no video buffer from the pool (%s)",
                         gst_flow_get_name(flow));
   }
-  if (fc_gst_fill_i420(buf, &l->vinfo, i420)) {
+  if (fill_video(l, buf, i420, delta)) {
     gst_buffer_unref(buf);
     return fc_error_set(FC_EMEDIA, "live output: could not map a video buffer");
   }
@@ -1273,6 +1307,11 @@ static int push_audio(fc_live *l, const int16_t *pcm, size_t n, int64_t first_sa
 
 int fc_live_push(fc_live *l, const uint8_t *i420, int64_t index, const int16_t *pcm, size_t n,
                  int64_t first_sample) {
+  return fc_live_push_delta(l, i420, NULL, index, pcm, n, first_sample);
+}
+
+int fc_live_push_delta(fc_live *l, const uint8_t *i420, const fc_i420_delta *delta, int64_t index,
+                       const int16_t *pcm, size_t n, int64_t first_sample) {
   if (!l || (!i420 && !l->started) || index < 0 || (!pcm && n) || first_sample < 0)
     return fc_error_set(FC_EINVAL, "fc_live_push: bad argument");
   int rc = report_recorded(l->sh, FC_EMEDIA);
@@ -1293,7 +1332,7 @@ int fc_live_push(fc_live *l, const uint8_t *i420, int64_t index, const int16_t *
     l->origin_media = gst_util_uint64_scale((guint64)index, GST_SECOND, (guint64)l->p.fps);
     l->next_sample = first_sample;
   }
-  if (i420 && (rc = push_video(l, i420, index))) return rc;
+  if (i420 && (rc = push_video(l, i420, delta, index))) return rc;
   if (!i420) /* the picture stands: nothing to encode, the frame still counts as delivered */
     atomic_fetch_add_explicit(&l->sh->frames_pushed, 1, memory_order_relaxed);
   l->started = 1;

@@ -37,6 +37,7 @@ typedef struct fc_recorder fc_recorder;
 
 typedef struct fc_ready_slot {
   uint8_t *i420;
+  fc_i420_delta held; /* what i420 holds (frames are copied in by rectangles where they can) */
   int16_t pcm[FC_SAMPLES_PER_FRAME];
   fc_frame_info info;
 } fc_ready_slot;

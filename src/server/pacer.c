@@ -57,7 +57,8 @@ static void log_rates(fc_session *s, int64_t now) {
 #define STILL_EVERY 5 /* a still frame is sent 5 times a second */
 
 /* The ready queue's head, marked as being pushed (an interrupt keeps it); 0 when empty. */
-static int peek(fc_session *s, fc_frame_info *fi, const uint8_t **img, const int16_t **pcm) {
+static int peek(fc_session *s, fc_frame_info *fi, const uint8_t **img, const int16_t **pcm,
+                fc_i420_delta *held) {
   g_mutex_lock(&s->q_lock);
   int have = s->r_count > 0;
   if (have) {
@@ -66,6 +67,7 @@ static int peek(fc_session *s, fc_frame_info *fi, const uint8_t **img, const int
     *img = slot->i420;
     *pcm = slot->pcm;
     *fi = slot->info;
+    *held = slot->held;
   }
   g_mutex_unlock(&s->q_lock);
   return have;
@@ -75,10 +77,11 @@ static void pace_one(fc_server *srv, fc_session *s, int64_t deadline) {
   const uint8_t *img;
   const int16_t *pcm;
   fc_frame_info fi;
+  fc_i420_delta held = {0};
   int from_queue = 0, late = 0, err = 0;
 
   if (g_atomic_int_get(&s->closed)) return; /* set once; a stale read costs one more frame */
-  from_queue = peek(s, &fi, &img, &pcm);
+  from_queue = peek(s, &fi, &img, &pcm, &held);
   if (!from_queue) {
     /* Nothing ready: the stream itself (idle frame, or on the CPU speech made here on the
      * spot, late). A worker producing for this session holds its stream (waiting for its
@@ -105,7 +108,7 @@ static void pace_one(fc_server *srv, fc_session *s, int64_t deadline) {
        * (the workers catch up with the rest). */
       fc_session_fill_locked(s, 1);
       late = 1;
-      from_queue = peek(s, &fi, &img, &pcm);
+      from_queue = peek(s, &fi, &img, &pcm, &held);
     }
     if (!from_queue) err = fc_stream_idle_frame(s->stream, &fi, &img, &pcm);
     g_mutex_unlock(&s->lock);
@@ -121,8 +124,8 @@ static void pace_one(fc_server *srv, fc_session *s, int64_t deadline) {
   if (fi.still && ++s->still_run % STILL_EVERY != 0) send = NULL;
   if (!fi.still) s->still_run = 0;
   if (g_mutex_trylock(&s->out_lock)) {
-    if (s->live && fc_live_push(s->live, send, fi.index, pcm, FC_SAMPLES_PER_FRAME,
-                                fi.index * FC_SAMPLES_PER_FRAME))
+    if (s->live && fc_live_push_delta(s->live, send, from_queue ? &held : NULL, fi.index, pcm,
+                                      FC_SAMPLES_PER_FRAME, fi.index * FC_SAMPLES_PER_FRAME))
       s->dropped_frames++;
     if (s->rec) fc_recorder_push(s->rec, img, pcm, fi.index - s->rec_first);
     g_mutex_unlock(&s->out_lock);

@@ -62,6 +62,8 @@ struct fc_stream {
   int64_t next_index; /* clock: the next frame's number */
   int ready, taken;   /* frames in the ring, frames handed out */
   uint8_t **i420;     /* batch × w·h·3/2 */
+  fc_i420_delta *held; /* batch: what each i420 buffer holds (composed by rects) */
+  int last_slot;      /* the slot next_frame handed out last */
   int16_t *pcm16;     /* batch × 640 */
   fc_frame_info *info;
   fc_lipsync_req *reqs;
@@ -86,6 +88,7 @@ void fc_stream_destroy(fc_stream *s) {
   free(s->rest);
   free(s->idle);
   free(s->i420);
+  free(s->held);
   free(s->pcm16);
   free(s->info);
   free(s->reqs);
@@ -120,6 +123,7 @@ fc_stream *fc_stream_create(const fc_stream_params *p, int *err) {
   size_t fsz = (size_t)fc_avatar_width(s->av) * fc_avatar_height(s->av) * 3 / 2;
   size_t cap = fc_lipsync_patch_capacity(s->ls, s->av);
   s->i420 = calloc((size_t)s->batch, sizeof *s->i420);
+  s->held = calloc((size_t)s->batch, sizeof *s->held);
   s->pcm16 = malloc((size_t)s->batch * SPF * sizeof(int16_t));
   s->info = calloc((size_t)s->batch, sizeof *s->info);
   s->reqs = calloc((size_t)s->batch, sizeof *s->reqs);
@@ -129,7 +133,7 @@ fc_stream *fc_stream_create(const fc_stream_params *p, int *err) {
   s->clip = -1;
   if (fc_avatar_frame_count(s->av) > 1 || fc_avatar_clip_count(s->av) > 0)
     s->idle = malloc(fsz);
-  if (!s->i420 || !s->pcm16 || !s->info || !s->reqs || !s->patches || !s->patch_mem ||
+  if (!s->i420 || !s->held || !s->pcm16 || !s->info || !s->reqs || !s->patches || !s->patch_mem ||
       !s->scratch || ((fc_avatar_frame_count(s->av) > 1 || fc_avatar_clip_count(s->av) > 0) &&
                       !s->idle))
     goto oom;
@@ -353,7 +357,8 @@ static int produce(fc_stream *s) {
   int err = lipsync(s, s->reqs, s->patches, s->info, k);
   if (err) return err;
   for (int i = 0; i < k; i++)
-    if ((err = fc_compose_i420(s->av, s->reqs[i].frame, &s->patches[i], s->i420[i], s->scratch)))
+    if ((err = fc_compose_i420_update(s->av, s->reqs[i].frame, &s->patches[i], s->i420[i],
+                                      &s->held[i], s->scratch)))
       return err;
   s->next_index += k;
   return k;
@@ -376,8 +381,11 @@ int fc_stream_next_frame(fc_stream *s, fc_frame_info *info, const uint8_t **i420
   if (info->utt_ended == s->playing) s->playing = 0;
   *i420 = s->i420[slot];
   *pcm = s->pcm16 + (size_t)slot * SPF;
+  s->last_slot = slot;
   return FC_OK;
 }
+
+fc_i420_delta fc_stream_frame_delta(const fc_stream *s) { return s->held[s->last_slot]; }
 
 int fc_stream_play_clip(fc_stream *s, int clip) {
   int frames = 0;
