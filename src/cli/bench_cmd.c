@@ -47,17 +47,37 @@ static const char *gpu_cell(double v, const char *unit, int which) {
   return buf[which];
 }
 
+/* The host CPU as /proc/cpuinfo names it and how many this process may use: machines of one
+ * kind differ (a serve benchmark is CPU-bound), so every report says which it ran on. */
+static void cpu_name(char *out, size_t cap) {
+  snprintf(out, cap, "unknown CPU");
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  char line[256];
+  while (f && fgets(line, sizeof line, f)) {
+    char *colon = strchr(line, ':');
+    if (strncmp(line, "model name", 10) || !colon) continue;
+    colon += 1 + (colon[1] == ' ');
+    colon[strcspn(colon, "\n\"\\")] = 0;
+    snprintf(out, cap, "%s", colon);
+    break;
+  }
+  if (f) fclose(f);
+  size_t n = strlen(out);
+  snprintf(out + n, cap - n, " x %ld", sysconf(_SC_NPROCESSORS_ONLN));
+}
+
 /* bench serve --out PREFIX: PREFIX.json (every point), PREFIX.md (the table) and PREFIX.svg
  * (final fps and p99 lateness against sessions, the 25 fps and 40 ms lines drawn). */
 static int write_serve_report(const char *prefix, const fc_server_params *sp, const char *model,
                               const char *device, const char *mode, double talking,
                               const fc_serve_bench *r, int n, int best) {
-  char path[4096];
+  char path[4096], cpu[200];
   FILE *f;
+  cpu_name(cpu, sizeof cpu);
   snprintf(path, sizeof path, "%s.json", prefix);
   if (!(f = fopen(path, "w"))) return fc_error_set(FC_EIO, "%s: cannot write", path);
-  fprintf(f, "{\"width\":%d,\"height\":%d,\"model\":\"%s\",\"device\":\"%s\",\"batching\":\"%s\","
-          "\"talking\":%.2f,\"max_sessions_holding\":%d,\"points\":[", sp->width, sp->height,
+  fprintf(f, "{\"cpu\":\"%s\",\"width\":%d,\"height\":%d,\"model\":\"%s\",\"device\":\"%s\",\"batching\":\"%s\","
+          "\"talking\":%.2f,\"max_sessions_holding\":%d,\"points\":[", cpu, sp->width, sp->height,
           model, device, mode, talking, best);
   for (int i = 0; i < n; i++)
     fprintf(f, "%s{\"sessions\":%d,\"final_fps\":%.2f,\"late_p50_ms\":%.2f,\"late_p99_ms\":%.2f,"
@@ -70,11 +90,12 @@ static int write_serve_report(const char *prefix, const fc_server_params *sp, co
   fclose(f);
   snprintf(path, sizeof path, "%s.md", prefix);
   if (!(f = fopen(path, "w"))) return fc_error_set(FC_EIO, "%s: cannot write", path);
-  fprintf(f, "%dx%d, %s on %s, %s batches, x264 %s, Opus complexity %d, %.0f %% talking: %d "
+  fprintf(f, "%s; %dx%d, %s on %s, %s batches, x264 %s, Opus complexity %d, %.0f %% talking: %d "
           "sessions hold 25 fps with p99 lateness <= 40 ms\n\n| sessions | final fps | p50 late ms "
           "| p99 late ms | CPU/session | frames/batch | GPU util | GPU memory | kbit/s | dropped "
           "|\n|---|---|---|---|---|---|---|---|---|---|\n",
-          sp->width, sp->height, model, device, mode, sp->x264_preset ? sp->x264_preset : "superfast",
+          cpu, sp->width, sp->height, model, device, mode,
+          sp->x264_preset ? sp->x264_preset : "superfast",
           sp->opus_complexity ? sp->opus_complexity : FC_LIVE_OPUS_COMPLEXITY, talking * 100, best);
   for (int i = 0; i < n; i++)
     fprintf(f, "| %d | %.2f | %.2f | %.2f | %.1f %% | %.1f | %s | %s | %.0f | %llu |\n",

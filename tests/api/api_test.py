@@ -352,7 +352,7 @@ def test_bench_serve():
     with tempfile.TemporaryDirectory() as d:
         prefix = os.path.join(d, "b")
         r = subprocess.run([BIN, "bench", "serve", "--sessions", "2", "--seconds", "2", "--preset", "ultrafast",
-                            "--opus-complexity", "3", "--out", prefix], capture_output=True, text=True, timeout=120)
+                            "--opus-complexity", "2", "--out", prefix], capture_output=True, text=True, timeout=120)
         check(r.returncode == 0, f"bench serve exit {r.returncode}: {r.stderr.strip()[-200:]}")
         check("CPU by thread:" in r.stdout and "v:src" in r.stdout, "bench serve: CPU by thread names the video encoder")
         try:
@@ -366,7 +366,9 @@ def test_bench_serve():
         check(pt.get("sessions") == 2 and pt.get("final_fps", 0) > 20, f"bench serve: 2 sessions at ~25 fps: {pt}")
         check(pt.get("gpu_util_pct") == -1 and pt.get("gpu_mem_peak_mb") == 0, "bench serve on the CPU: no GPU readings")
         check(50 < pt.get("kbps", 0) < 1600, f"bench serve: encoded kbit/s per session plausible: {pt.get('kbps')}")
-        check("Opus complexity 3" in md and "x264 ultrafast" in md and "| 2 |" in md, "bench serve: Markdown table")
+        check("Opus complexity 2" in md and "x264 ultrafast" in md and "| 2 |" in md, "bench serve: Markdown table")
+        check(js.get("cpu", "").endswith(f" x {os.cpu_count()}") and md.startswith(js.get("cpu", "?") + ";"),
+              f"bench serve: the report names the CPU: {js.get('cpu')}")
         check(svg.startswith("<svg") and "polyline" in svg, "bench serve: SVG plot")
 
 
