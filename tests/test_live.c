@@ -811,12 +811,32 @@ static void test_bad_params(void) {
   log_clear(&c);
 }
 
+/* A NULL output (encoders into fakesinks) at constant quantizer qp (0: capped CRF). */
+static fc_live *null_output(cb_log *c, int qp) {
+  fc_live_params p = params(FC_LIVE_NULL, c);
+  p.video_qp = qp;
+  int err = -1;
+  fc_live *l = fc_live_create(&p, NULL, NULL, NULL, &err);
+  FC_CHECK(l != NULL);
+  return l;
+}
+
+/* Waits until an output's encoders stop producing bytes (at most 2.5 s); its stats then. */
+static void wait_settled(fc_live *l, fc_live_stats *st) {
+  uint64_t last = 0;
+  memset(st, 0, sizeof *st);
+  for (int t = 0, still = 0; t < 100 && still < 4; t++) {
+    g_usleep(25000);
+    fc_live_get_stats(l, st);
+    still = st->bytes_sent == last ? still + 1 : 0;
+    last = st->bytes_sent;
+  }
+}
+
 static void test_null_kind(void) {
   cb_log c;
   log_init(&c);
-  fc_live_params p = params(FC_LIVE_NULL, &c);
-  int err = -1;
-  fc_live *l = fc_live_create(&p, NULL, NULL, NULL, &err);
+  fc_live *l = null_output(&c, 0);
   FC_REQUIRE(l);
   fc_live_stats st;
   fc_live_get_stats(l, &st);
@@ -856,21 +876,13 @@ static void test_null_qp(void) {
   const int qps[3] = {10, 40, 0};
   uint64_t bytes[3] = {0};
   for (int k = 0; k < 3; k++) {
-    fc_live_params p = params(FC_LIVE_NULL, &c);
-    p.video_qp = qps[k];
-    int err = -1;
-    fc_live *l = fc_live_create(&p, NULL, NULL, NULL, &err);
+    fc_live *l = null_output(&c, qps[k]);
     FC_REQUIRE(l);
     FC_CHECK_INT(push_realtime(l, 0, 20), ==, 0);
-    fc_live_stats st = {0};
-    uint64_t last = 0;
-    for (int t = 0, still = 0; t < 100 && still < 4; t++) { /* until the bytes stop growing */
-      g_usleep(25000);
-      fc_live_get_stats(l, &st);
-      still = st.bytes_sent == last ? still + 1 : 0;
-      last = st.bytes_sent;
-    }
+    fc_live_stats st;
+    wait_settled(l, &st);
     FC_CHECK_INT(st.frames_dropped, ==, 0);
+    FC_CHECK_INT(st.frames_encoded, ==, 20);
     bytes[k] = st.bytes_sent;
     fc_live_destroy(l);
   }
@@ -879,6 +891,23 @@ static void test_null_qp(void) {
           (unsigned long long)bytes[2]);
   FC_CHECK(bytes[1] > 0 && bytes[2] > 0);
   FC_CHECK(bytes[0] > 2 * bytes[1]); /* ~3.7x with the same audio in both */
+  log_clear(&c);
+}
+
+/* Outputs started together spread their key frames: besides the first, each makes one extra at
+ * a random picture before its 2-second interval ends (x264 counts the interval from there). */
+static void test_null_key_phase(void) {
+  cb_log c;
+  log_init(&c);
+  fc_live *l = null_output(&c, 0);
+  FC_REQUIRE(l);
+  FC_CHECK_INT(push_realtime(l, 0, 2 * FPS - 1), ==, 0);
+  fc_live_stats st;
+  wait_settled(l, &st);
+  FC_CHECK_INT(st.frames_dropped, ==, 0);
+  FC_CHECK_INT(st.keyframes, ==, 2); /* picture 0 and the phase, both before picture 2*fps */
+  FC_CHECK(st.encode_delay_us / (st.frames_encoded ? st.frames_encoded : 1) < 40000);
+  fc_live_destroy(l);
   log_clear(&c);
 }
 
@@ -928,6 +957,7 @@ int main(void) {
   FC_RUN(test_bad_offers);
   FC_RUN(test_null_kind);
   FC_RUN(test_null_qp);
+  FC_RUN(test_null_key_phase);
   FC_RUN(test_chrome_offer_answer);
   FC_RUN(test_destroy_while_connecting);
   FC_RUN(test_webrtc_loopback);

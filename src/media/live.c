@@ -147,6 +147,10 @@ typedef struct live_shared {
   fc_gst_first_error err; /* the first pipeline error */
 
   _Atomic uint64_t frames_pushed, frames_dropped, audio_dropped, bytes_sent;
+  /* Pictures out of the video encoder: count, summed delay after their due time (µs), and
+   * how many left more than a frame period after it (fc_live_stats). */
+  _Atomic uint64_t frames_encoded, encode_delay_us, frames_encoded_late, keyframes;
+  GstClockTime frame_period;
   _Atomic int64_t peer_heard_us; /* g_get_monotonic_time() of the peer's last RTCP, or of
                                     connecting; 0 before */
 } live_shared;
@@ -191,6 +195,11 @@ struct fc_live {
   GstClockTime origin;       /* running time of the first push */
   GstClockTime origin_media; /* index/fps of the first push's frame */
   int64_t next_index;        /* the smallest frame index accepted next */
+  /* Pictures pushed so far, and the one that gets an extra key frame: outputs created
+   * together (a benchmark, a server's restart with its viewers reconnecting) would otherwise
+   * make their 2-second key frames in the same tick, each costing several pictures' work. A
+   * random phase spreads them; x264 counts its interval from the last key frame. */
+  int64_t pictures, key_phase;
   int64_t next_sample;       /* the smallest audio sample accepted next */
 };
 
@@ -554,10 +563,44 @@ static void set_optional(GstElement *e, const char *prop, const char *value) {
   if (fc_gst_has_property(e, prop)) gst_util_set_object_arg(G_OBJECT(e), prop, value);
 }
 
-static int add_probe(GstElement *e, const char *pad_name, live_shared *s) {
+/* The video encoder's output: bytes, and how long after its due time (its PTS, in running
+ * time) each picture came out, which the pacer's own lateness does not see: the wait in
+ * appsrc's queue plus the encoding. */
+static GstPadProbeReturn video_out(GstPad *pad, GstPadProbeInfo *info, gpointer data) {
+  live_shared *s = data;
+  GstBuffer *buf = info->type & GST_PAD_PROBE_TYPE_BUFFER ? GST_PAD_PROBE_INFO_BUFFER(info) : NULL;
+  /* The due time in running time: x264enc shifts its timestamps (by 1000 hours, so that no
+   * DTS is negative) and its segment with them. */
+  GstEvent *seg_ev = buf && GST_BUFFER_PTS_IS_VALID(buf)
+                         ? gst_pad_get_sticky_event(pad, GST_EVENT_SEGMENT, 0)
+                         : NULL;
+  if (seg_ev) {
+    const GstSegment *seg;
+    gst_event_parse_segment(seg_ev, &seg);
+    const GstClockTime due = gst_segment_to_running_time(seg, GST_FORMAT_TIME, GST_BUFFER_PTS(buf));
+    gst_event_unref(seg_ev);
+    GstElement *enc = GST_ELEMENT(GST_OBJECT_PARENT(pad));
+    GstClock *clock = enc && GST_CLOCK_TIME_IS_VALID(due) ? gst_element_get_clock(enc) : NULL;
+    if (clock) {
+      const GstClockTime now = gst_clock_get_time(clock), base = gst_element_get_base_time(enc);
+      gst_object_unref(clock);
+      const GstClockTime run = now > base ? now - base : 0;
+      const GstClockTime d = run > due ? run - due : 0;
+      atomic_fetch_add_explicit(&s->frames_encoded, 1, memory_order_relaxed);
+      if (!GST_BUFFER_FLAG_IS_SET(buf, GST_BUFFER_FLAG_DELTA_UNIT))
+        atomic_fetch_add_explicit(&s->keyframes, 1, memory_order_relaxed);
+      atomic_fetch_add_explicit(&s->encode_delay_us, d / 1000, memory_order_relaxed);
+      if (d > s->frame_period)
+        atomic_fetch_add_explicit(&s->frames_encoded_late, 1, memory_order_relaxed);
+    }
+  }
+  return count_bytes(pad, info, data);
+}
+
+static int add_probe(GstElement *e, const char *pad_name, live_shared *s, GstPadProbeCallback cb) {
   GstPad *pad = gst_element_get_static_pad(e, pad_name);
   if (!pad) return fc_error_set(FC_EMEDIA, "%s has no %s pad", GST_ELEMENT_NAME(e), pad_name);
-  gst_pad_add_probe(pad, GST_PAD_PROBE_TYPE_BUFFER | GST_PAD_PROBE_TYPE_BUFFER_LIST, count_bytes,
+  gst_pad_add_probe(pad, GST_PAD_PROBE_TYPE_BUFFER | GST_PAD_PROBE_TYPE_BUFFER_LIST, cb,
                     shared_ref(s), shared_unref);
   gst_object_unref(pad);
   return 0;
@@ -1074,7 +1117,10 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
     }
   }
 
-  if ((rc = add_probe(venc, "src", sh)) || (rc = add_probe(aenc, "src", sh))) goto fail;
+  sh->frame_period = gst_util_uint64_scale(1, GST_SECOND, (guint64)p.fps);
+  l->key_phase = 1 + g_random_int_range(1, 2 * p.fps - 1); /* picture 2 .. 2*fps - 1 */
+  if ((rc = add_probe(venc, "src", sh, video_out)) || (rc = add_probe(aenc, "src", sh, count_bytes)))
+    goto fail;
   l->venc_src = gst_element_get_static_pad(venc, "src");
 
   l->vpool = fc_gst_make_pool(vcaps, (guint)GST_VIDEO_INFO_SIZE(&l->vinfo), VIDEO_QUEUE_FRAMES + 2);
@@ -1259,6 +1305,7 @@ static int push_video(fc_live *l, const uint8_t *i420, const fc_i420_delta *delt
                              gst_flow_get_name(flow));
   }
   atomic_fetch_add_explicit(&l->sh->frames_pushed, 1, memory_order_relaxed);
+  if (++l->pictures == l->key_phase) fc_live_force_keyframe(l);
   return 0;
 }
 
@@ -1370,6 +1417,10 @@ void fc_live_get_stats(fc_live *l, fc_live_stats *st) {
   st->frames_pushed = atomic_load_explicit(&l->sh->frames_pushed, memory_order_relaxed);
   st->frames_dropped = atomic_load_explicit(&l->sh->frames_dropped, memory_order_relaxed);
   st->bytes_sent = atomic_load_explicit(&l->sh->bytes_sent, memory_order_relaxed);
+  st->frames_encoded = atomic_load_explicit(&l->sh->frames_encoded, memory_order_relaxed);
+  st->encode_delay_us = atomic_load_explicit(&l->sh->encode_delay_us, memory_order_relaxed);
+  st->frames_encoded_late = atomic_load_explicit(&l->sh->frames_encoded_late, memory_order_relaxed);
+  st->keyframes = atomic_load_explicit(&l->sh->keyframes, memory_order_relaxed);
   g_mutex_lock(&l->sh->lock);
   st->state = l->sh->state;
   g_mutex_unlock(&l->sh->lock);

@@ -175,12 +175,13 @@ int fc_server_bench(const fc_server_params *p, int sessions, int talking, double
   size_t cap = (size_t)(sessions * FC_FPS * (seconds + 2));
   float *samples = g_new(float, cap);
   fc_live_stats st0[1];
-  uint64_t enc0 = 0, drop0 = 0, bytes0 = 0;
+  uint64_t enc0 = 0, drop0 = 0, bytes0 = 0, out0 = 0, delay0 = 0, olate0 = 0;
   for (int i = 0; i < sessions; i++) {
     fc_live_get_stats(b.s[i]->live, st0);
     enc0 += st0->frames_pushed - st0->frames_dropped;
     drop0 += st0->frames_dropped;
     bytes0 += st0->bytes_sent;
+    out0 += st0->frames_encoded, delay0 += st0->encode_delay_us, olate0 += st0->frames_encoded_late;
   }
   uint64_t skip0 = srv->ticks_skipped, late0 = srv->frames_late;
   uint64_t sb0 = 0, sf0 = 0;
@@ -224,13 +225,16 @@ int fc_server_bench(const fc_server_params *p, int sessions, int talking, double
     uint64_t nb = srv->solo_calls - solo_c0;
     out->mean_batch = nb ? (double)(srv->solo_frames - solo_f0) / nb : 0;
   }
-  uint64_t enc1 = 0, drop1 = 0, bytes1 = 0;
+  uint64_t enc1 = 0, drop1 = 0, bytes1 = 0, out1 = 0, delay1 = 0, olate1 = 0;
   for (int i = 0; i < sessions; i++) {
     fc_live_get_stats(b.s[i]->live, st0);
     enc1 += st0->frames_pushed - st0->frames_dropped;
     drop1 += st0->frames_dropped;
     bytes1 += st0->bytes_sent;
+    out1 += st0->frames_encoded, delay1 += st0->encode_delay_us, olate1 += st0->frames_encoded_late;
   }
+  out->encode_delay_ms = out1 > out0 ? (double)(delay1 - delay0) / 1000.0 / (double)(out1 - out0) : 0;
+  out->encode_late_pct = out1 > out0 ? 100.0 * (double)(olate1 - olate0) / (double)(out1 - out0) : 0;
   out->kbps = (double)(bytes1 - bytes0) * 8 / 1000 / wall / sessions;
   g_source_remove(t1);
   if (tg) g_source_remove(tg);
