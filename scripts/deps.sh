@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 pkgs=(
   build-essential cmake pkg-config
   libglib2.0-dev libsoxr-dev libespeak-ng-dev espeak-ng-data libyuv-dev libpng-dev libjpeg-dev zlib1g-dev
-  libfftw3-dev libdnnl-dev opencv-data libdlib-data python-matplotlib-data
+  libfftw3-dev libx264-dev libdnnl-dev opencv-data libdlib-data python-matplotlib-data
   libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstreamer-plugins-bad1.0-dev
   gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad
   gstreamer1.0-plugins-ugly gstreamer1.0-libav gstreamer1.0-nice

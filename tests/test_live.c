@@ -6,7 +6,10 @@
 #include "facecast/error.h"
 #include "facecast/live.h"
 #include "fc_test.h"
+#include "media/x264_live.h"
 
+#include <gst/app/gstappsink.h>
+#include <gst/app/gstappsrc.h>
 #include <gst/gst.h>
 #include <gst/sdp/sdp.h>
 #include <gst/video/video.h>
@@ -911,6 +914,95 @@ static void test_null_key_phase(void) {
   log_clear(&c);
 }
 
+/* fcx264enc on its own, decoded by avdec_h264: pictures that differ from a still only in a
+ * moving square, each described as such (fc_i420_delta qdata), come out as they went in; and
+ * the description is what x264 acts on: a change the description leaves out (the last
+ * picture) does not reach the decoded picture, because its macroblocks were declared
+ * unchanged. */
+static double mean_abs_y(const uint8_t *a, int as, const uint8_t *b, int bs, fc_rect r) {
+  double s = 0;
+  for (int y = r.y; y < r.y + r.h; y++)
+    for (int x = r.x; x < r.x + r.w; x++) s += abs((int)a[(size_t)y * as + x] - b[(size_t)y * bs + x]);
+  return s / ((double)r.w * r.h);
+}
+
+static void test_encoder_unchanged_blocks(void) {
+  int err = 0;
+  const fc_x264_config xc = {.preset = "ultrafast", .threads = 1, .keyint = 250, .qp = 20};
+  GstElement *pipe = gst_pipeline_new(NULL), *src = gst_element_factory_make("appsrc", NULL),
+             *enc = fc_x264enc_new(&xc, &err), *dec = gst_element_factory_make("avdec_h264", NULL),
+             *conv = gst_element_factory_make("videoconvert", NULL),
+             *sink = gst_element_factory_make("appsink", NULL);
+  FC_REQUIRE(pipe && src && enc && dec && conv && sink);
+  gst_bin_add_many(GST_BIN(pipe), src, enc, dec, conv, sink, NULL);
+  GstCaps *raw = gst_caps_new_simple("video/x-raw", "format", G_TYPE_STRING, "I420", "width",
+                                     G_TYPE_INT, W, "height", G_TYPE_INT, H, "framerate",
+                                     GST_TYPE_FRACTION, FPS, 1, NULL);
+  g_object_set(src, "caps", raw, "format", GST_FORMAT_TIME, NULL);
+  g_object_set(sink, "caps", raw, "sync", FALSE, "max-buffers", 0u, NULL);
+  gst_caps_unref(raw);
+  int linked = gst_element_link_many(src, enc, dec, conv, sink, NULL);
+  FC_CHECK(linked);
+  if (linked && gst_element_set_state(pipe, GST_STATE_PLAYING) == GST_STATE_CHANGE_FAILURE) {
+    FC_CHECK(!"the encoder test pipeline plays");
+    linked = 0;
+  }
+
+  /* The pictures: a still with a square that moves 16 px a picture, each described as such;
+   * the last one also changes `hidden` without saying so. */
+  enum { N = 12 };
+  static uint8_t base[W * H * 3 / 2], pics[N][W * H * 3 / 2];
+  const fc_rect hidden = {256, 160, 48, 48};
+  make_frame(0);
+  memcpy(base, frame, sizeof base);
+  for (int k = 0; linked && k < N; k++) {
+    uint8_t *pic = pics[k];
+    memcpy(pic, base, sizeof base);
+    const fc_rect r = {16 + 16 * k, 64, 48, 48};
+    for (int y = r.y; y < r.y + r.h; y++)
+      for (int x = r.x; x < r.x + r.w; x++) pic[y * W + x] = (uint8_t)(40 + 15 * k + (x ^ y) % 7);
+    if (k == N - 1)
+      for (int y = hidden.y; y < hidden.y + hidden.h; y++)
+        for (int x = hidden.x; x < hidden.x + hidden.w; x++) pic[y * W + x] ^= 0x80;
+    GstBuffer *buf = gst_buffer_new_memdup(pic, sizeof base);
+    fc_i420_delta *d = g_new(fc_i420_delta, 1);
+    *d = (fc_i420_delta){.base = base, .changed = r};
+    gst_mini_object_set_qdata(GST_MINI_OBJECT(buf), fc_x264_delta_quark(), d, g_free);
+    GST_BUFFER_PTS(buf) = gst_util_uint64_scale(k, GST_SECOND, FPS);
+    GST_BUFFER_DURATION(buf) = GST_SECOND / FPS;
+    FC_CHECK(gst_app_src_push_buffer(GST_APP_SRC(src), buf) == GST_FLOW_OK);
+  }
+  if (linked) gst_app_src_end_of_stream(GST_APP_SRC(src));
+
+  double worst_told = 0, untold_vs_base = 1e9, untold_vs_src = 0;
+  int got = 0;
+  for (; linked && got < N; got++) {
+    GstSample *s = gst_app_sink_try_pull_sample(GST_APP_SINK(sink), 10 * GST_SECOND);
+    if (!s) break;
+    GstMapInfo m;
+    GstBuffer *ob = gst_sample_get_buffer(s);
+    if (gst_buffer_map(ob, &m, GST_MAP_READ)) {
+      const fc_rect r = {16 + 16 * got, 64, 48, 48};
+      const double told = mean_abs_y(m.data, W, pics[got], W, r);
+      if (told > worst_told) worst_told = told;
+      if (got == N - 1) {
+        untold_vs_base = mean_abs_y(m.data, W, base, W, hidden);
+        untold_vs_src = mean_abs_y(m.data, W, pics[got], W, hidden);
+      }
+      gst_buffer_unmap(ob, &m);
+    }
+    gst_sample_unref(s);
+  }
+  fprintf(stderr, "  unchanged blocks: %d pictures decoded, described squares off by %.2f levels at "
+          "worst; the undescribed change: %.2f from the still, %.2f from the picture\n",
+          got, worst_told, untold_vs_base, untold_vs_src);
+  FC_CHECK_INT(got, ==, N);
+  FC_CHECK(worst_told < 3.0);
+  FC_CHECK(untold_vs_base < 3.0 && untold_vs_src > 50.0);
+  gst_element_set_state(pipe, GST_STATE_NULL);
+  gst_object_unref(pipe);
+}
+
 static void test_destroy_while_connecting(void) {
   cb_log c;
   log_init(&c);
@@ -958,6 +1050,7 @@ int main(void) {
   FC_RUN(test_null_kind);
   FC_RUN(test_null_qp);
   FC_RUN(test_null_key_phase);
+  FC_RUN(test_encoder_unchanged_blocks);
   FC_RUN(test_chrome_offer_answer);
   FC_RUN(test_destroy_while_connecting);
   FC_RUN(test_webrtc_loopback);

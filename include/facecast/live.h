@@ -103,8 +103,8 @@ typedef struct fc_live_stats {
   uint64_t frames_pushed, frames_dropped; /* dropped: discarded from a full queue, also while
                                              the connection is still coming up */
   uint64_t bytes_sent;                    /* encoded bytes leaving the encoders */
-  /* Pictures leaving the video encoder; their summed delay after their due time (the queue
-   * in front of the encoder plus the encoding), in µs; those more than a frame period late. */
+  /* Pictures leaving the video encoder; their summed delay after their push (the queue in
+   * front of the encoder plus the encoding), in µs; those more than a frame period late. */
   uint64_t frames_encoded, encode_delay_us, frames_encoded_late;
   /* Key frames among them: the first, one every 2 s, those asked for, and one early extra at a
    * random picture (2 .. 2*fps-1) so that outputs started together do not make theirs in the

@@ -54,8 +54,8 @@ typedef struct fc_serve_bench {
   double final_fps;         /* frames per second per session that reached the encoder */
   double kbps;              /* encoded bits per second per session (video and audio) */
   double late_p50_ms, late_p99_ms; /* pacer push time minus deadline, over all frames */
-  double encode_delay_ms;   /* mean time from a frame's due time to its encoded picture */
-  double encode_late_pct;   /* % of pictures encoded more than a frame period after it */
+  double encode_delay_ms;   /* mean time from a picture's push to its leaving the encoder */
+  double encode_late_pct;   /* % of pictures out more than a frame period after their push */
   double cpu_per_session;   /* CPU cores used by the process per session */
   double mean_batch;        /* frames per lip-sync backend call */
   double batch_p95_ms;      /* backend call time, p95 (scheduler runs only) */

@@ -39,7 +39,7 @@ static void bench_usage(FILE *f) {
 /* bench serve: for each session count, N live sessions (NULL outputs: encoders into
  * fakesinks) with the real pacer and workers; prints final fps, lateness and CPU, and the
  * largest N that holds: 25 fps, p99 lateness <= 40 ms at the pacer, and at most 1 % of the
- * pictures out of the video encoders more than a frame period after their due time (the queue
+ * pictures out of the video encoders more than a frame period after their push (the queue
  * in front of an encoder hides its lateness from the pacer). */
 static int serve_holds(const fc_serve_bench *r) {
   return r->final_fps >= 24.5 && r->late_p99_ms <= 40.0 && r->encode_late_pct <= 1.0;
@@ -100,7 +100,7 @@ static int write_serve_report(const char *prefix, const fc_server_params *sp, co
   if (!(f = fopen(path, "w"))) return fc_error_set(FC_EIO, "%s: cannot write", path);
   fprintf(f, "%s; %dx%d, %s on %s, %s batches, x264 %s, Opus complexity %d, %.0f %% talking: %d "
           "sessions hold 25 fps with p99 lateness <= 40 ms and <= 1 %% encoded late\n\n| sessions "
-          "| final fps | p50 late ms | p99 late ms | encoded after due ms | encoded late | "
+          "| final fps | p50 late ms | p99 late ms | encoder delay ms | encoded late | "
           "CPU/session | frames/batch | GPU util | GPU memory | kbit/s | dropped "
           "|\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
           cpu, sp->width, sp->height, model, device, mode,
@@ -250,7 +250,7 @@ static int bench_serve(int argc, char **argv) {
              gpu_cell(r.gpu_util_pct, "", 0), gpu_cell(r.gpu_util_pct < 0 ? -1 : r.gpu_mem_peak_mb, "", 1),
              r.dropped, holds ? "yes" : "no");
     if (!json)
-      printf("          %.0f kbit/s per session; encoded %.1f ms after due (mean), %.2f %% more "
+      printf("          %.0f kbit/s per session; encoded %.1f ms after the push (mean), %.2f %% more "
              "than a frame late; CPU by thread: %s\n",
              r.kbps, r.encode_delay_ms, r.encode_late_pct, r.cpu_by_thread);
     fflush(stdout);

@@ -1,10 +1,12 @@
 /* Live outputs (include/facecast/live.h): one GStreamer pipeline per viewer session,
  *
- *   appsrc "v" (I420) → x264enc → capsfilter (constrained-baseline) → rtph264pay ───┐
+ *   appsrc "v" (I420) → fcx264enc → capsfilter (constrained-baseline) → rtph264pay ─┐
  *   appsrc "a" (S16LE mono) → audioconvert → audioresample → opusenc → rtpopuspay ┴→ webrtcbin
  *
  * or, for FC_LIVE_NULL, the same two chains each ending in a fakesink (sync off), so a benchmark
- * pays for exactly the encoding and packetising a viewer would cost.
+ * pays for exactly the encoding and packetising a viewer would cost. fcx264enc is our libx264
+ * element (x264_live.c): each pooled picture carries what it holds against the avatar's still
+ * (fc_i420_delta qdata, written by push), from which it tells x264 the unchanged macroblocks.
  *
  * Negotiation (FC_LIVE_WEBRTC). facecast answers the viewer's offer; everything up to the answer
  * happens inside fc_live_create, on the caller's thread, before it returns:
@@ -86,6 +88,7 @@
 
 #include "facecast/compose.h"
 #include "media/gst_common.h"
+#include "media/x264_live.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -117,6 +120,8 @@
 /* Opus bit rate: mono speech is transparent well below the encoder's 64 kbit/s default. */
 #define OPUS_BITRATE 32000
 #define LIVE_CRF 23 /* x264 quality (see the encoder settings below) */
+/* Pictures whose push time the encoder delay probe can look up (more than appsrc holds). */
+#define PUSH_RING 16
 /* Payload types used when there is no offer (FC_LIVE_NULL). */
 #define NULL_VIDEO_PT 96
 #define NULL_AUDIO_PT 111
@@ -147,10 +152,17 @@ typedef struct live_shared {
   fc_gst_first_error err; /* the first pipeline error */
 
   _Atomic uint64_t frames_pushed, frames_dropped, audio_dropped, bytes_sent;
-  /* Pictures out of the video encoder: count, summed delay after their due time (µs), and
+  /* Pictures out of the video encoder: count, summed delay after their push (µs), and
    * how many left more than a frame period after it (fc_live_stats). */
   _Atomic uint64_t frames_encoded, encode_delay_us, frames_encoded_late, keyframes;
   GstClockTime frame_period;
+  /* When each of the last PUSH_RING pictures was pushed (running time), by PTS: the encoder's
+   * delay counts from the push, not from the stamped time (which is anchored at the first
+   * push and so carries that push's jitter). Written by push before the buffer is queued,
+   * read by the probe after it was encoded. */
+  struct {
+    _Atomic uint64_t pts, pushed;
+  } push_ring[PUSH_RING];
   _Atomic int64_t peer_heard_us; /* g_get_monotonic_time() of the peer's last RTCP, or of
                                     connecting; 0 before */
 } live_shared;
@@ -563,29 +575,24 @@ static void set_optional(GstElement *e, const char *prop, const char *value) {
   if (fc_gst_has_property(e, prop)) gst_util_set_object_arg(G_OBJECT(e), prop, value);
 }
 
-/* The video encoder's output: bytes, and how long after its due time (its PTS, in running
- * time) each picture came out, which the pacer's own lateness does not see: the wait in
- * appsrc's queue plus the encoding. */
+/* The video encoder's output: bytes, and how long after its push each picture came out, which
+ * the pacer's own lateness does not see: the wait in appsrc's queue plus the encoding. */
 static GstPadProbeReturn video_out(GstPad *pad, GstPadProbeInfo *info, gpointer data) {
   live_shared *s = data;
   GstBuffer *buf = info->type & GST_PAD_PROBE_TYPE_BUFFER ? GST_PAD_PROBE_INFO_BUFFER(info) : NULL;
-  /* The due time in running time: x264enc shifts its timestamps (by 1000 hours, so that no
-   * DTS is negative) and its segment with them. */
-  GstEvent *seg_ev = buf && GST_BUFFER_PTS_IS_VALID(buf)
-                         ? gst_pad_get_sticky_event(pad, GST_EVENT_SEGMENT, 0)
-                         : NULL;
-  if (seg_ev) {
-    const GstSegment *seg;
-    gst_event_parse_segment(seg_ev, &seg);
-    const GstClockTime due = gst_segment_to_running_time(seg, GST_FORMAT_TIME, GST_BUFFER_PTS(buf));
-    gst_event_unref(seg_ev);
+  if (buf && GST_BUFFER_PTS_IS_VALID(buf)) {
+    /* The encoder keeps its input's PTS; which push it was, by the ring. */
+    const GstClockTime pts = GST_BUFFER_PTS(buf);
+    const size_t slot = (size_t)(pts / s->frame_period) % PUSH_RING;
+    const int found = atomic_load_explicit(&s->push_ring[slot].pts, memory_order_acquire) == pts;
+    const GstClockTime pushed = atomic_load_explicit(&s->push_ring[slot].pushed, memory_order_relaxed);
     GstElement *enc = GST_ELEMENT(GST_OBJECT_PARENT(pad));
-    GstClock *clock = enc && GST_CLOCK_TIME_IS_VALID(due) ? gst_element_get_clock(enc) : NULL;
+    GstClock *clock = found && enc ? gst_element_get_clock(enc) : NULL;
     if (clock) {
       const GstClockTime now = gst_clock_get_time(clock), base = gst_element_get_base_time(enc);
       gst_object_unref(clock);
       const GstClockTime run = now > base ? now - base : 0;
-      const GstClockTime d = run > due ? run - due : 0;
+      const GstClockTime d = run > pushed ? run - pushed : 0;
       atomic_fetch_add_explicit(&s->frames_encoded, 1, memory_order_relaxed);
       if (!GST_BUFFER_FLAG_IS_SET(buf, GST_BUFFER_FLAG_DELTA_UNIT))
         atomic_fetch_add_explicit(&s->keyframes, 1, memory_order_relaxed);
@@ -1001,8 +1008,24 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
     gst_object_unref(clock);
   }
 
+  /* Video encoder: real-time settings (x264_live.c). Rate control: constant quality (CRF 23,
+   * x264's default quality) capped at video_kbps through the VBV, not an average bit rate: a
+   * talking head is mostly still, so an average rate spends its bits on noise at a low
+   * quantizer, and x264's time grows with what it codes. Measured with bench serve at 512x512
+   * (ultrafast; docs/BENCHMARKS.md): 1.5 -> 0.53 Mbit/s per session, encoder thread 3.8-3.9
+   * -> 2.2-2.8 % of a core. A still picture (video_qp set) uses a constant quantizer instead:
+   * no half-size look at each whole frame, which CRF and VBV need and which was a third of
+   * x264's time on a talking photo; its bits are bounded by the moving mouth; and x264 is told
+   * which macroblocks did not change. trellis off: little gain at these rates for its CPU. */
+  const fc_x264_config xc = {.preset = p.x264_preset, .threads = p.x264_threads,
+                             .keyint = 2 * p.fps, .qp = p.video_qp, .crf = LIVE_CRF,
+                             .vbv_kbps = p.video_kbps};
+  if (!(venc = fc_x264enc_new(&xc, &rc))) goto fail;
+  if (!gst_bin_add(GST_BIN(l->pipeline), venc)) {
+    rc = fc_error_set(FC_EMEDIA, "live output: could not add the video encoder");
+    goto fail;
+  }
   if ((rc = fc_gst_add_element(l->pipeline, "appsrc", "v", &l->vsrc)) ||
-      (rc = fc_gst_add_element(l->pipeline, "x264enc", "venc", &venc)) ||
       (rc = fc_gst_add_element(l->pipeline, "capsfilter", "vfilter", &vfilter)) ||
       (rc = fc_gst_add_element(l->pipeline, "rtph264pay", "vpay", &vpay)) ||
       (rc = fc_gst_add_element(l->pipeline, "appsrc", "a", &l->asrc)) ||
@@ -1068,23 +1091,6 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
     gst_app_src_set_callbacks(GST_APP_SRC(l->asrc), &cbs, shared_ref(sh), shared_unref);
   }
 
-  /* Video encoder: real-time settings. trellis off: GStreamer's x264enc turns it on by default
-   * and it costs noticeable CPU for little gain at these rates. AUDs are dropped by the
-   * payloader anyway. Rate control: constant quality (CRF 23, x264's default quality) capped
-   * at video_kbps through the VBV, not an average bit rate: a talking head is mostly still, so
-   * an average rate spends its bits on noise at a low quantizer, and x264's time grows with
-   * what it codes. Measured with bench serve at 512x512 (ultrafast; docs/BENCHMARKS.md):
-   * 1.5 -> 0.53 Mbit/s per session, encoder thread 3.8-3.9 -> 2.2-2.8 % of a core.
-   * A still picture (video_qp set) uses a constant quantizer instead: no half-size look at
-   * each whole frame, which CRF and VBV need and which was a third of x264's time on a talking
-   * photo; its bits are bounded by the moving mouth (docs/BENCHMARKS.md). */
-  if ((rc = fc_gst_set_speed_preset(venc, p.x264_preset, "live output"))) goto fail;
-  gst_util_set_object_arg(G_OBJECT(venc), "tune", "zerolatency");
-  gst_util_set_object_arg(G_OBJECT(venc), "pass", p.video_qp ? "quant" : "qual");
-  g_object_set(venc, "quantizer", (guint)(p.video_qp ? p.video_qp : LIVE_CRF), "bitrate",
-               (guint)p.video_kbps, "threads", (guint)p.x264_threads, "key-int-max",
-               (guint)(2 * p.fps), "trellis", FALSE, NULL);
-  if (fc_gst_has_property(venc, "aud")) g_object_set(venc, "aud", FALSE, NULL);
   g_object_set(vfilter, "caps", h264caps, NULL);
   /* SPS/PPS before every IDR, so a viewer can start at any key frame; zero-latency STAP-A
    * aggregation of SPS+PPS+IDR without waiting for the next frame. */
@@ -1242,21 +1248,13 @@ static GstClockTime running_time_now(fc_live *l) {
   return now > base ? now - base : 0;
 }
 
-/* What a pooled video buffer's memory holds, kept on the buffer (the pool recycles buffers
- * with their memory and qdata, and frees both together when it drops one). */
-static GQuark held_quark(void) {
-  static gsize q; /* pacer threads call this concurrently */
-  if (g_once_init_enter(&q)) g_once_init_leave(&q, g_quark_from_static_string("facecast-i420-held"));
-  return (GQuark)q;
-}
-
 /* Copies the caller's picture into a pooled buffer: by rectangles when the buffer already
  * holds a picture of the same still base (a talking photo), else whole. */
 static int fill_video(fc_live *l, GstBuffer *buf, const uint8_t *i420, const fc_i420_delta *delta) {
-  fc_i420_delta *held = gst_mini_object_get_qdata(GST_MINI_OBJECT(buf), held_quark());
+  fc_i420_delta *held = gst_mini_object_get_qdata(GST_MINI_OBJECT(buf), fc_x264_delta_quark());
   if (!held) { /* once per buffer the pool makes */
     held = g_new0(fc_i420_delta, 1);
-    gst_mini_object_set_qdata(GST_MINI_OBJECT(buf), held_quark(), held, g_free);
+    gst_mini_object_set_qdata(GST_MINI_OBJECT(buf), fc_x264_delta_quark(), held, g_free);
   }
   GstVideoFrame vf;
   if (!gst_video_frame_map(&vf, &l->vinfo, buf, GST_MAP_WRITE)) {
@@ -1295,6 +1293,12 @@ static int push_video(fc_live *l, const uint8_t *i420, const fc_i420_delta *delt
   GST_BUFFER_DURATION(buf) = t1 - t0;
   GST_BUFFER_OFFSET(buf) = (guint64)index;
   if (index > l->next_index && l->started) GST_BUFFER_FLAG_SET(buf, GST_BUFFER_FLAG_DISCONT);
+  {
+    const GstClockTime pts = GST_BUFFER_PTS(buf);
+    const size_t slot = (size_t)(pts / l->sh->frame_period) % PUSH_RING;
+    atomic_store_explicit(&l->sh->push_ring[slot].pushed, running_time_now(l), memory_order_relaxed);
+    atomic_store_explicit(&l->sh->push_ring[slot].pts, pts, memory_order_release);
+  }
 
   /* Non-blocking: a full queue drops its oldest frame instead (counted by the callback). */
   flow = gst_app_src_push_buffer(GST_APP_SRC(l->vsrc), buf);
@@ -1391,13 +1395,9 @@ int fc_live_push_delta(fc_live *l, const uint8_t *i420, const fc_i420_delta *del
 int fc_live_check_preset(const char *preset) {
   int rc = fc_gst_init();
   if (rc) return rc;
-  GstElement *enc = gst_element_factory_make("x264enc", NULL);
-  if (!enc)
-    return fc_error_set(FC_EMEDIA, "x264enc is missing (install %s)", fc_gst_package_of("x264enc"));
-  gst_object_ref_sink(enc);
-  rc = fc_gst_set_speed_preset(enc, preset, "--preset");
-  gst_object_unref(enc);
-  return rc;
+  if (!fc_x264_preset_known(preset))
+    return fc_error_set(FC_EINVAL, "--preset: unknown x264 speed preset '%s'", preset ? preset : "");
+  return 0;
 }
 
 void fc_live_force_keyframe(fc_live *l) {

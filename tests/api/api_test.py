@@ -367,7 +367,7 @@ def test_bench_serve():
         check(pt.get("gpu_util_pct") == -1 and pt.get("gpu_mem_peak_mb") == 0, "bench serve on the CPU: no GPU readings")
         check(50 < pt.get("kbps", 0) < 1600, f"bench serve: encoded kbit/s per session plausible: {pt.get('kbps')}")
         check(0 < pt.get("encode_delay_ms", 0) < 40 and 0 <= pt.get("encode_late_pct", -1) <= 100,
-              f"bench serve: encoder delay after the due time measured: {pt}")
+              f"bench serve: encoder delay after the push measured: {pt}")
         check("Opus complexity 2" in md and "x264 ultrafast" in md and "| 2 |" in md, "bench serve: Markdown table")
         check(js.get("cpu", "").endswith(f" x {os.cpu_count()}") and md.startswith(js.get("cpu", "?") + ";"),
               f"bench serve: the report names the CPU: {js.get('cpu')}")

@@ -1,0 +1,239 @@
+/* "fcx264enc": libx264 behind a GstVideoEncoder, the live outputs' video encoder.
+ *
+ * Why not GStreamer's x264enc: on a talking photo almost every macroblock is skipped, and what
+ * x264 still spends per picture is mostly its skip test on each of them. libx264 can be told
+ * which macroblocks are unchanged (x264_picture_t.prop.mb_info, X264_MBINFO_CONSTANT) and then
+ * skips them without analysis; x264enc has no way to pass that. The live output knows: every
+ * raw picture it pushes carries what it holds against the avatar's still picture
+ * (fc_i420_delta as qdata, see fc_x264_delta_quark), so a macroblock outside both this
+ * picture's and the previously encoded picture's changed rects is the same in both. Only the
+ * constant-quantizer mode uses it (x264 honours mb_info only where the reference's quantizer
+ * is not above this picture's, which a constant quantizer guarantees).
+ *
+ * Settings mirror what the live output used with x264enc: the preset with tune zerolatency (no
+ * B-frames, no look-ahead: one picture in, one out), x264 threads as configured, a key frame
+ * every keyint pictures and on request (GstVideoEncoder's force-key-unit handling, which a
+ * viewer's PLI reaches through the payloader), SPS/PPS before every key frame, Annex B byte
+ * stream, constrained baseline, trellis off; either a constant quantizer or CRF capped through
+ * the VBV (buffer 600 ms of the cap, x264enc's default).
+ *
+ * Threads: GstVideoEncoder calls set_format/handle_frame on the streaming thread (appsrc's);
+ * start/stop on the state-changing thread. No allocation per picture besides the output
+ * buffer GstVideoEncoder hands out; the mb_info arrays are made in set_format. */
+#include "media/x264_live.h"
+
+#include "facecast/error.h"
+#include "facecast/image.h"
+
+#include <gst/video/gstvideoencoder.h>
+#include <gst/video/video.h>
+#include <stdint.h>
+#include <string.h>
+#include <x264.h>
+
+/* mb_info arrays in rotation: x264 reads a picture's array while encoding it, which with
+ * zerolatency happens inside the call; a few spare ones cost nothing and need no proof. */
+#define MB_RING 4
+
+typedef struct FcX264Enc {
+  GstVideoEncoder parent;
+  fc_x264_config cfg;
+  char preset[32];
+  x264_t *x;
+  GstVideoCodecState *in;
+  int mbw, mbh;
+  uint8_t *mb[MB_RING];
+  int mb_next;
+  fc_i420_delta last; /* what the last encoded picture held against its still */
+} FcX264Enc;
+
+typedef struct FcX264EncClass {
+  GstVideoEncoderClass parent_class;
+} FcX264EncClass;
+
+GType fc_x264enc_get_type(void);
+G_DEFINE_TYPE(FcX264Enc, fc_x264enc, GST_TYPE_VIDEO_ENCODER)
+
+static GstStaticPadTemplate sink_template =
+    GST_STATIC_PAD_TEMPLATE("sink", GST_PAD_SINK, GST_PAD_ALWAYS,
+                            GST_STATIC_CAPS("video/x-raw, format=(string)I420, "
+                                            "width=(int)[16, 8192], height=(int)[16, 8192], "
+                                            "framerate=(fraction)[1/1, 240/1]"));
+static GstStaticPadTemplate src_template = GST_STATIC_PAD_TEMPLATE(
+    "src", GST_PAD_SRC, GST_PAD_ALWAYS,
+    GST_STATIC_CAPS("video/x-h264, stream-format=(string)byte-stream, alignment=(string)au, "
+                    "profile=(string)constrained-baseline"));
+
+GQuark fc_x264_delta_quark(void) {
+  static gsize q; /* pacer and streaming threads ask concurrently */
+  if (g_once_init_enter(&q)) g_once_init_leave(&q, g_quark_from_static_string("facecast-i420-held"));
+  return (GQuark)q;
+}
+
+int fc_x264_preset_known(const char *preset) {
+  for (int i = 0; preset && x264_preset_names[i]; i++)
+    if (!strcmp(preset, x264_preset_names[i])) return 1;
+  return 0;
+}
+
+static void close_encoder(FcX264Enc *e) {
+  if (e->x) x264_encoder_close(e->x);
+  e->x = NULL;
+  for (int i = 0; i < MB_RING; i++) g_free(e->mb[i]), e->mb[i] = NULL;
+  if (e->in) gst_video_codec_state_unref(e->in);
+  e->in = NULL;
+  memset(&e->last, 0, sizeof e->last);
+}
+
+static gboolean enc_stop(GstVideoEncoder *enc) {
+  close_encoder((FcX264Enc *)enc);
+  return TRUE;
+}
+
+static gboolean enc_set_format(GstVideoEncoder *enc, GstVideoCodecState *state) {
+  FcX264Enc *e = (FcX264Enc *)enc;
+  close_encoder(e);
+  const GstVideoInfo *vi = &state->info;
+  x264_param_t p;
+  if (x264_param_default_preset(&p, e->preset, "zerolatency") < 0) return FALSE;
+  p.i_log_level = X264_LOG_NONE;
+  p.i_width = GST_VIDEO_INFO_WIDTH(vi);
+  p.i_height = GST_VIDEO_INFO_HEIGHT(vi);
+  p.i_csp = X264_CSP_I420;
+  p.i_threads = e->cfg.threads > 0 ? e->cfg.threads : 1;
+  p.i_fps_num = (uint32_t)(GST_VIDEO_INFO_FPS_N(vi) > 0 ? GST_VIDEO_INFO_FPS_N(vi) : 25);
+  p.i_fps_den = (uint32_t)(GST_VIDEO_INFO_FPS_D(vi) > 0 ? GST_VIDEO_INFO_FPS_D(vi) : 1);
+  p.i_timebase_num = p.i_fps_den;
+  p.i_timebase_den = p.i_fps_num;
+  p.b_vfr_input = 0;
+  p.i_keyint_max = e->cfg.keyint > 0 ? e->cfg.keyint : 2 * (int)p.i_fps_num;
+  p.b_repeat_headers = 1;
+  p.b_annexb = 1;
+  p.b_aud = 0;
+  p.analyse.i_trellis = 0;
+  if (e->cfg.qp > 0) {
+    p.rc.i_rc_method = X264_RC_CQP;
+    p.rc.i_qp_constant = e->cfg.qp;
+    p.analyse.b_mb_info = 1;
+  } else {
+    p.rc.i_rc_method = X264_RC_CRF;
+    p.rc.f_rf_constant = (float)(e->cfg.crf > 0 ? e->cfg.crf : 23);
+    p.rc.i_vbv_max_bitrate = e->cfg.vbv_kbps;
+    p.rc.i_vbv_buffer_size = e->cfg.vbv_kbps * 600 / 1000;
+  }
+  if (x264_param_apply_profile(&p, "baseline") < 0 || !(e->x = x264_encoder_open(&p))) {
+    GST_ELEMENT_ERROR(e, LIBRARY, SETTINGS, ("x264 refused its settings"), (NULL));
+    return FALSE;
+  }
+  e->mbw = (p.i_width + 15) / 16;
+  e->mbh = (p.i_height + 15) / 16;
+  for (int i = 0; i < MB_RING; i++) e->mb[i] = g_malloc((gsize)e->mbw * e->mbh);
+  e->in = gst_video_codec_state_ref(state);
+  GstCaps *caps = gst_caps_new_simple("video/x-h264", "stream-format", G_TYPE_STRING, "byte-stream",
+                                      "alignment", G_TYPE_STRING, "au", "profile", G_TYPE_STRING,
+                                      "constrained-baseline", NULL);
+  GstVideoCodecState *out = gst_video_encoder_set_output_state(enc, caps, state);
+  gst_video_codec_state_unref(out);
+  gst_video_encoder_set_latency(enc, 0, 0);
+  return gst_video_encoder_negotiate(enc);
+}
+
+/* Which macroblocks are the same as in the last encoded picture: those outside the rects in
+ * which either picture differs from their common still. NULL when that cannot be known. */
+static uint8_t *constant_map(FcX264Enc *e, const fc_i420_delta *d) {
+  if (!d || !d->base || d->base != e->last.base) return NULL;
+  uint8_t *m = e->mb[e->mb_next];
+  e->mb_next = (e->mb_next + 1) % MB_RING;
+  memset(m, X264_MBINFO_CONSTANT, (size_t)e->mbw * e->mbh);
+  const fc_rect rs[2] = {d->changed, e->last.changed};
+  for (int k = 0; k < 2; k++) {
+    const fc_rect r = rs[k];
+    if (r.w <= 0 || r.h <= 0) continue;
+    int x0 = r.x / 16, y0 = r.y / 16, x1 = (r.x + r.w - 1) / 16, y1 = (r.y + r.h - 1) / 16;
+    if (x0 < 0) x0 = 0;
+    if (y0 < 0) y0 = 0;
+    if (x1 >= e->mbw) x1 = e->mbw - 1;
+    if (y1 >= e->mbh) y1 = e->mbh - 1;
+    for (int y = y0; y <= y1; y++) memset(m + (size_t)y * e->mbw + x0, 0, (size_t)(x1 - x0 + 1));
+  }
+  return m;
+}
+
+static GstFlowReturn enc_handle_frame(GstVideoEncoder *enc, GstVideoCodecFrame *frame) {
+  FcX264Enc *e = (FcX264Enc *)enc;
+  if (!e->x || !e->in) {
+    gst_video_encoder_finish_frame(enc, frame); /* no output: dropped */
+    return GST_FLOW_NOT_NEGOTIATED;
+  }
+  GstVideoFrame vf;
+  if (!gst_video_frame_map(&vf, &e->in->info, frame->input_buffer, GST_MAP_READ)) {
+    gst_video_encoder_finish_frame(enc, frame); /* no output: dropped */
+    GST_ELEMENT_ERROR(e, STREAM, ENCODE, ("could not map a picture"), (NULL));
+    return GST_FLOW_ERROR;
+  }
+  x264_picture_t pic, out;
+  x264_picture_init(&pic);
+  pic.img.i_csp = X264_CSP_I420;
+  pic.img.i_plane = 3;
+  for (int i = 0; i < 3; i++) {
+    pic.img.plane[i] = GST_VIDEO_FRAME_PLANE_DATA(&vf, i);
+    pic.img.i_stride[i] = GST_VIDEO_FRAME_PLANE_STRIDE(&vf, i);
+  }
+  pic.i_pts = (int64_t)frame->system_frame_number;
+  const int force = GST_VIDEO_CODEC_FRAME_IS_FORCE_KEYFRAME(frame);
+  pic.i_type = force ? X264_TYPE_IDR : X264_TYPE_AUTO;
+  const fc_i420_delta *d =
+      gst_mini_object_get_qdata(GST_MINI_OBJECT(frame->input_buffer), fc_x264_delta_quark());
+  if (e->cfg.qp > 0 && !force) pic.prop.mb_info = constant_map(e, d);
+  e->last = d ? *d : (fc_i420_delta){0};
+
+  x264_nal_t *nals = NULL;
+  int n_nals = 0;
+  const int size = x264_encoder_encode(e->x, &nals, &n_nals, &pic, &out);
+  gst_video_frame_unmap(&vf);
+  if (size < 0) {
+    gst_video_encoder_finish_frame(enc, frame);
+    GST_ELEMENT_ERROR(e, STREAM, ENCODE, ("x264 failed to encode a picture"), (NULL));
+    return GST_FLOW_ERROR;
+  }
+  if (size == 0) return gst_video_encoder_finish_frame(enc, frame); /* nothing out: dropped */
+  /* x264 lays a picture's NAL units out back to back from the first payload on. */
+  frame->output_buffer = gst_video_encoder_allocate_output_buffer(enc, (gsize)size);
+  gst_buffer_fill(frame->output_buffer, 0, nals[0].p_payload, (gsize)size);
+  if (out.b_keyframe) GST_VIDEO_CODEC_FRAME_SET_SYNC_POINT(frame);
+  return gst_video_encoder_finish_frame(enc, frame);
+}
+
+static void fc_x264enc_finalize(GObject *obj) {
+  close_encoder((FcX264Enc *)obj);
+  G_OBJECT_CLASS(fc_x264enc_parent_class)->finalize(obj);
+}
+
+static void fc_x264enc_class_init(FcX264EncClass *k) {
+  GstElementClass *ek = GST_ELEMENT_CLASS(k);
+  GstVideoEncoderClass *vk = GST_VIDEO_ENCODER_CLASS(k);
+  G_OBJECT_CLASS(k)->finalize = fc_x264enc_finalize;
+  gst_element_class_add_static_pad_template(ek, &sink_template);
+  gst_element_class_add_static_pad_template(ek, &src_template);
+  gst_element_class_set_static_metadata(ek, "facecast live H.264 encoder", "Codec/Encoder/Video",
+                                        "libx264, told which macroblocks did not change",
+                                        "facecast");
+  vk->stop = enc_stop;
+  vk->set_format = enc_set_format;
+  vk->handle_frame = enc_handle_frame;
+}
+
+static void fc_x264enc_init(FcX264Enc *e) { (void)e; }
+
+GstElement *fc_x264enc_new(const fc_x264_config *cfg, int *err) {
+  if (!fc_x264_preset_known(cfg->preset)) {
+    *err = fc_error_set(FC_EINVAL, "unknown x264 preset '%s'", cfg->preset ? cfg->preset : "");
+    return NULL;
+  }
+  FcX264Enc *e = g_object_new(fc_x264enc_get_type(), NULL);
+  e->cfg = *cfg;
+  g_strlcpy(e->preset, cfg->preset, sizeof e->preset);
+  e->cfg.preset = e->preset;
+  *err = 0;
+  return GST_ELEMENT(e);
+}
