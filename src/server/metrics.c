@@ -14,7 +14,7 @@ void fc_metrics_late(fc_server *srv, double ms) { /* stat_lock held */
 }
 
 typedef struct totals {
-  uint64_t infer, out, late, dropped;
+  uint64_t infer, out, late, dropped, enc_late;
   int n, speaking;
 } totals;
 
@@ -42,6 +42,18 @@ void fc_metrics_render(fc_server *srv, GString *o) {
                            s->infer_fps);
     g_string_append_printf(per, "facecast_session_final_fps{session=\"%s\"} %.2f\n", s->id,
                            s->final_fps);
+    /* The output's encoder (out_lock: the output may be going away). */
+    fc_live_stats ls = {0};
+    g_mutex_lock(&s->out_lock);
+    if (s->live) fc_live_get_stats(s->live, &ls);
+    g_mutex_unlock(&s->out_lock);
+    t.enc_late += ls.frames_encoded_late;
+    g_string_append_printf(per, "facecast_session_encoder_delay_ms{session=\"%s\"} %.2f\n", s->id,
+                           ls.frames_encoded ? ls.encode_delay_us / 1000.0 / ls.frames_encoded : 0);
+    g_string_append_printf(per, "facecast_session_pictures_late_total{session=\"%s\"} %llu\n",
+                           s->id, (unsigned long long)ls.frames_encoded_late);
+    g_string_append_printf(per, "facecast_session_keyframes_total{session=\"%s\"} %llu\n", s->id,
+                           (unsigned long long)ls.keyframes);
   }
   g_mutex_unlock(&srv->lock);
 
@@ -72,11 +84,14 @@ void fc_metrics_render(fc_server *srv, GString *o) {
       "facecast_pacer_ticks_skipped_total %llu\n"
       "# HELP facecast_pacer_ticks_busy_total Session ticks without a frame: nothing was ready "
       "and a worker was producing.\n"
-      "facecast_pacer_ticks_busy_total %llu\n",
+      "facecast_pacer_ticks_busy_total %llu\n"
+      "# HELP facecast_pictures_late_total Pictures of the open sessions that left their video "
+      "encoder more than a frame period after the pacer pushed them.\n"
+      "facecast_pictures_late_total %llu\n",
       (unsigned long long)t.infer, (unsigned long long)srv->frames_out,
       (unsigned long long)srv->frames_idle, (unsigned long long)srv->frames_late,
       (unsigned long long)t.dropped, (unsigned long long)srv->ticks_skipped,
-      (unsigned long long)srv->ticks_busy);
+      (unsigned long long)srv->ticks_busy, (unsigned long long)t.enc_late);
   g_string_append(o, "# HELP facecast_frame_lateness_ms Push time minus the frame's deadline.\n"
                      "# TYPE facecast_frame_lateness_ms histogram\n");
   uint64_t cum = 0;

@@ -558,6 +558,10 @@ def main():
         st, _, body, _ = c.req("GET", "/metrics")
         text = body.decode()
         check(st == 200 and "facecast_sessions 1" in text and "facecast_frame_lateness_ms_bucket" in text, "metrics")
+        check(re.search(r'facecast_session_keyframes_total\{session="[^"]+"\} \d+', text) is not None
+              and re.search(r'facecast_session_encoder_delay_ms\{session="[^"]+"\} [\d.]+', text) is not None
+              and re.search(r'^facecast_pictures_late_total \d+$', text, re.M) is not None,
+              "metrics: the sessions' encoders (delay, late pictures, key frames)")
         m = re.search(r'facecast_sched_frames_total\{device="0"\} (\d+)', text)
         check(m is not None and int(m.group(1)) > 0, "metrics: the device scheduler ran the sessions' frames")
         st, js, _, _ = c.req("PUT", "/human", {"x": 1})
