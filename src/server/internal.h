@@ -48,6 +48,10 @@ extern const double fc_late_bounds_ms[FC_LATE_BUCKETS];
 
 typedef struct fc_session fc_session;
 
+/* A tick (40 ms) is cut into this many slots, and each session is sent in one of them, so that
+ * the sessions' encoders do not all wake in the same millisecond (pacer.c). */
+#define FC_PACER_PHASES 8
+
 /* A thread that submits lip-sync frames to the scheduler and waits for them (a session's
  * producing worker, a bulk render): fc_sched_waiter_done is the client's done callback's body
  * (scheduler thread), fc_sched_waiter_run submits n frames with deadlines first_due, +step, …
@@ -132,6 +136,7 @@ struct fc_session {
   char id[24];
   int whep;
   int shard; /* the pacer thread that sends its frames */
+  int phase; /* which of the pacer's FC_PACER_PHASES slots of a tick it is sent in */
 
   GMutex lock;        /* the stream (and closed) */
   fc_stream *stream;

@@ -1,8 +1,11 @@
 /* The pacers: the one place where wall-clock time decides anything.
  *
  * Sessions are spread over a few pacer threads (each session keeps its shard for its
- * lifetime). Each, every 40 ms (absolute deadlines on CLOCK_MONOTONIC, so sleeps do not
- * drift), takes one frame per session of its shard: the head of the session's ready queue; if
+ * lifetime) and over FC_PACER_PHASES slots of the 40 ms tick (its phase, likewise): with every
+ * session sent at the same instant, every encoder woke in the same millisecond, and for that
+ * burst the workers that make the next frames waited for a core. Each pacer wakes once per
+ * slot (absolute deadlines on CLOCK_MONOTONIC, so sleeps do not drift) and, for each session
+ * of its shard and of that slot, takes one frame: the head of the session's ready queue; if
  * that is empty while speech is pending, on the CPU the frame is produced here and then
  * (counted late) — on a GPU, or while a worker holds the session's stream, the session sends
  * nothing this tick (counted late and busy) rather than make every other session wait; if no
@@ -179,9 +182,12 @@ static gpointer pacer_main(gpointer data) {
    * work per tick is bounded: a push per session, and production only for a lagging one. */
   struct sched_param sp = {.sched_priority = 1};
   pthread_setschedparam(pthread_self(), SCHED_RR, &sp); /* refused: an ordinary thread */
+  const int64_t slot_ns = TICK_NS / FC_PACER_PHASES;
   int64_t deadline = now_ns();
+  int phase = 0;
   while (!g_atomic_int_get(&srv->stopping)) {
-    deadline += TICK_NS;
+    deadline += slot_ns;
+    phase = (phase + 1) % FC_PACER_PHASES;
     sleep_until(deadline);
     g_mutex_lock(&srv->lock);
     int n = 0;
@@ -189,7 +195,8 @@ static gpointer pacer_main(gpointer data) {
     gpointer v;
     g_hash_table_iter_init(&it, srv->sessions);
     while (n < srv->p.max_sessions && g_hash_table_iter_next(&it, NULL, &v)) {
-      if (((fc_session *)v)->shard != pc->index) continue;
+      const fc_session *s = v;
+      if (s->shard != pc->index || s->phase != phase) continue;
       fc_session_ref(v);
       pc->tick[n++] = v;
     }

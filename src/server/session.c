@@ -113,7 +113,10 @@ fc_session *fc_session_new(fc_server *srv, fc_avatar *av, int *err) {
   s->refs = 1;
   s->srv = srv;
   s->avatar = av;
-  s->shard = (int)((guint)g_atomic_int_add(&srv->next_shard, 1) % (guint)(srv->n_pacers > 0 ? srv->n_pacers : 1));
+  const guint nth = (guint)g_atomic_int_add(&srv->next_shard, 1);
+  const guint shards = (guint)(srv->n_pacers > 0 ? srv->n_pacers : 1);
+  s->shard = (int)(nth % shards);
+  s->phase = (int)(nth / shards % FC_PACER_PHASES);
   g_mutex_init(&s->lock);
   g_mutex_init(&s->q_lock);
   g_mutex_init(&s->out_lock);
