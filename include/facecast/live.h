@@ -74,8 +74,8 @@ typedef struct fc_live_params {
 fc_live *fc_live_create(const fc_live_params *p, const char *offer_sdp,
                         fc_live_answer_cb on_answer, void *user, int *err);
 
-/* Whether x264enc knows speed preset `preset` (its own enum, as the pipelines set it): 0, or
- * FC_EINVAL / FC_EMEDIA (no x264enc) with a detail. For checking options before any session. */
+/* Whether `preset` is one of x264's speed presets (the live encoder's): 0, or FC_EINVAL with a
+ * detail. For checking options before any session. */
 int fc_live_check_preset(const char *preset);
 
 /* Stops the pipeline and frees everything; no callback runs after it returns. NULL is fine. */

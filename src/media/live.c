@@ -1393,8 +1393,6 @@ int fc_live_push_delta(fc_live *l, const uint8_t *i420, const fc_i420_delta *del
 }
 
 int fc_live_check_preset(const char *preset) {
-  int rc = fc_gst_init();
-  if (rc) return rc;
   if (!fc_x264_preset_known(preset))
     return fc_error_set(FC_EINVAL, "--preset: unknown x264 speed preset '%s'", preset ? preset : "");
   return 0;
