@@ -55,6 +55,9 @@ void fc_metrics_render(fc_server *srv, GString *o) {
     g_string_append_printf(per, "facecast_session_keyframes_total{session=\"%s\"} %llu\n", s->id,
                            (unsigned long long)ls.keyframes);
   }
+  t.infer += srv->closed_infer; /* the counters stay monotonic when sessions close */
+  t.dropped += srv->closed_dropped;
+  t.enc_late += srv->closed_enc_late;
   g_mutex_unlock(&srv->lock);
 
   g_string_append_printf(o,
@@ -85,7 +88,7 @@ void fc_metrics_render(fc_server *srv, GString *o) {
       "# HELP facecast_pacer_ticks_busy_total Session ticks without a frame: nothing was ready "
       "and a worker was producing.\n"
       "facecast_pacer_ticks_busy_total %llu\n"
-      "# HELP facecast_pictures_late_total Pictures of the open sessions that left their video "
+      "# HELP facecast_pictures_late_total Pictures that left their session's video "
       "encoder more than a frame period after the pacer pushed them.\n"
       "facecast_pictures_late_total %llu\n",
       (unsigned long long)t.infer, (unsigned long long)srv->frames_out,

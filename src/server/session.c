@@ -370,7 +370,19 @@ void fc_session_close(fc_session *s, const char *why) {
   fc_server *srv = s->srv;
   g_mutex_lock(&srv->lock);
   int owned = g_hash_table_lookup(srv->sessions, s->id) == s;
-  if (owned) g_hash_table_remove(srv->sessions, s->id);
+  if (owned) {
+    /* Its counters join the closed sessions' in the same critical section as it leaves the
+     * table, so a scrape sees them in one place or the other (frames after this are not
+     * counted). Lock order as in /metrics: srv->lock, then out_lock. */
+    fc_live_stats ls = {0};
+    g_mutex_lock(&s->out_lock);
+    if (s->live) fc_live_get_stats(s->live, &ls);
+    g_mutex_unlock(&s->out_lock);
+    srv->closed_infer += s->infer_frames;
+    srv->closed_dropped += s->dropped_frames;
+    srv->closed_enc_late += ls.frames_encoded_late;
+    g_hash_table_remove(srv->sessions, s->id);
+  }
   g_mutex_unlock(&srv->lock);
   if (!owned) return; /* closed already */
   fc_session_ref(s);  /* keep it alive through this function */

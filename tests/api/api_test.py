@@ -549,8 +549,17 @@ def main():
         check(st == 200, "WHEP DELETE")
         st, js, _, _ = c.req("DELETE", loc)
         check(is_error(st, js, 404), "WHEP DELETE again: 404")
+        def totals():
+            _, _, b, _ = c.req("GET", "/metrics")
+            return {k: int(v) for k, v in re.findall(
+                r'^(facecast_(?:infer_frames|dropped_frames|pictures_late)_total) (\d+)$', b.decode(), re.M)}
+        before = totals()
         st, js, _, _ = c.req("DELETE", f"/session/{sid}")
         check(st == 200, "DELETE /session")
+        after = totals()
+        check(len(before) == 3 and before["facecast_infer_frames_total"] > 0
+              and all(after.get(k, -1) >= v for k, v in before.items()),
+              "metrics: totals keep a closed session's counts (%s -> %s)" % (before, after))
         st, js, _, _ = c.post("/is_speaking", {"sessionid": sid})
         check(is_error(st, js, 404), "deleted session is gone")
         st, js, _, _ = c.req("GET", "/healthz")
