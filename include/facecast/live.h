@@ -46,6 +46,10 @@ typedef void (*fc_live_state_cb)(void *user, fc_live_state state);
  * from 1, 3, 5 and 10 matches the input equally well (segmental SNR within 0.1 dB;
  * docs/BENCHMARKS.md) — Opus was a fifth of a session's CPU at 5. */
 #define FC_LIVE_OPUS_COMPLEXITY 3
+/* x264 preset for live streams unless told otherwise: superfast costs about a fifth less CPU
+ * than veryfast for a talking head (mostly skipped blocks) at a small loss of quality at the
+ * same bit rate, and CPU decides how many sessions a machine holds (docs/BENCHMARKS.md). */
+#define FC_LIVE_X264_PRESET "superfast"
 
 typedef struct fc_live_params {
   fc_live_kind kind;
@@ -58,7 +62,7 @@ typedef struct fc_live_params {
    * the mouth: x264's quality and rate modes analyse every whole frame at half size first,
    * which is most of its work when nearly every block is skipped (docs/BENCHMARKS.md). */
   int video_qp;
-  const char *x264_preset;  /* default "superfast" */
+  const char *x264_preset;  /* NULL: FC_LIVE_X264_PRESET */
   int x264_threads;         /* default 1: many sessions share the cores */
   int opus_complexity;      /* 1..10; 0 = FC_LIVE_OPUS_COMPLEXITY */
   const char *stun_server;  /* "stun://host:port" or NULL */
@@ -104,7 +108,8 @@ typedef struct fc_live_stats {
                                              the connection is still coming up */
   uint64_t bytes_sent;                    /* encoded bytes leaving the encoders */
   /* Pictures leaving the video encoder; their summed delay after their push (the queue in
-   * front of the encoder plus the encoding), in µs; those more than a frame period late. */
+   * front of the encoder plus the encoding), in µs, and those more than a frame period late,
+   * both over the pictures timed (all but any that leave before the pipeline's clock runs). */
   uint64_t frames_encoded, encode_delay_us, frames_encoded_late;
   /* Key frames among them: the first, one every 2 s, those asked for, and one early extra at a
    * random picture (2 .. 2*fps-1) so that outputs started together do not make theirs in the

@@ -89,8 +89,9 @@ int fc_stream_next_frame(fc_stream *s, fc_frame_info *info, const uint8_t **i420
                          const int16_t **pcm);
 
 /* What the picture of the last fc_stream_next_frame holds against its avatar's still picture
- * (image.h; base NULL for a recorded avatar), so that a consumer keeping copies can update
- * them by rectangles. Valid as long as that picture. */
+ * (image.h; base: the frame's own picture in memory, NULL for a pack, whose frames are
+ * tiles), so that a consumer keeping copies can update them by rectangles. Valid as long as
+ * that picture. */
 fc_i420_delta fc_stream_frame_delta(const fc_stream *s);
 
 /* Live only, when next_frame said FC_EAGAIN: the next frame at rest, advancing the clock by one

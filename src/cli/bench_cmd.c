@@ -104,7 +104,7 @@ static int write_serve_report(const char *prefix, const fc_server_params *sp, co
           "CPU/session | frames/batch | GPU util | GPU memory | kbit/s | dropped "
           "|\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
           cpu, sp->width, sp->height, model, device, mode,
-          sp->x264_preset ? sp->x264_preset : "superfast",
+          sp->x264_preset ? sp->x264_preset : FC_LIVE_X264_PRESET,
           sp->opus_complexity ? sp->opus_complexity : FC_LIVE_OPUS_COMPLEXITY, talking * 100, best);
   for (int i = 0; i < n; i++)
     fprintf(f, "| %d | %.2f | %.2f | %.2f | %.1f | %.2f %% | %.1f %% | %.1f | %s | %s | %.0f | %llu |\n",
@@ -173,18 +173,10 @@ static int bench_serve(int argc, char **argv) {
     switch (c) {
     case 'n': list = optarg; break;
     case 'S':
-      seconds = strtod(optarg, NULL);
-      if (!(seconds >= 2 && seconds <= 3600)) {
-        fprintf(stderr, "facecast: error: --seconds '%s': expected 2..3600\n", optarg);
-        return FC_EXIT_INPUT;
-      }
+      if ((err = fc_cli_parse_real("--seconds", optarg, 2, 3600, &seconds))) return fc_cli_fail(err);
       break;
     case 't':
-      talking = strtod(optarg, NULL);
-      if (!(talking >= 0 && talking <= 1)) {
-        fprintf(stderr, "facecast: error: --talking '%s': expected 0..1\n", optarg);
-        return FC_EXIT_INPUT;
-      }
+      if ((err = fc_cli_parse_real("--talking", optarg, 0, 1, &talking))) return fc_cli_fail(err);
       break;
     case 's':
       if ((err = fc_cli_parse_size(optarg, &sp.width, &sp.height))) return fc_cli_fail(err);
@@ -201,16 +193,16 @@ static int bench_serve(int argc, char **argv) {
       if ((err = fc_cli_parse_opus_complexity(optarg, &sp.opus_complexity))) return fc_cli_fail(err);
       break;
     case 'h': bench_usage(stdout); return FC_EXIT_OK;
-    default: bench_usage(stderr); return FC_EXIT_INPUT;
+    default: return fc_cli_bad_option("bench", argv);
     }
   }
   int counts[64], nc = 0;
   fc_serve_bench res[64];
-  for (const char *q = list; *q && nc < 64;) {
+  for (const char *q = list; *q;) {
     char *end;
     long v = strtol(q, &end, 10);
-    if (end == q || v < 1 || v > 4096 || (*end && *end != ',')) {
-      fprintf(stderr, "facecast: error: --sessions '%s': expected N or N,N,...\n", list);
+    if (end == q || v < 1 || v > 4096 || (*end && *end != ',') || nc == 64) {
+      fprintf(stderr, "facecast: error: --sessions '%s': expected N or N,N,... (at most 64)\n", list);
       return FC_EXIT_INPUT;
     }
     counts[nc++] = (int)v;
@@ -222,7 +214,7 @@ static int bench_serve(int argc, char **argv) {
     printf("bench serve: %dx%d, %s on %s, %s batches, x264 %s, %.0f %% talking, %.0f s per point\n"
            "sessions  final fps  p50 late ms  p99 late ms  CPU/session  batch  GPU %%  GPU MiB  "
            "dropped  holds\n",
-           sp.width, sp.height, model, device, mode, sp.x264_preset ? sp.x264_preset : "superfast",
+           sp.width, sp.height, model, device, mode, sp.x264_preset ? sp.x264_preset : FC_LIVE_X264_PRESET,
            talking * 100, seconds);
   int best = 0;
   for (int i = 0; i < nc; i++) {
@@ -297,11 +289,7 @@ static int bench_render(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
     case 'S':
-      seconds = strtod(optarg, NULL);
-      if (!(seconds >= 1 && seconds <= 3600)) {
-        fprintf(stderr, "facecast: error: --seconds '%s': expected 1..3600\n", optarg);
-        return FC_EXIT_INPUT;
-      }
+      if ((err = fc_cli_parse_real("--seconds", optarg, 1, 3600, &seconds))) return fc_cli_fail(err);
       break;
     case 's':
       if ((err = fc_cli_parse_size(optarg, &w, &h))) return fc_cli_fail(err);
@@ -310,7 +298,7 @@ static int bench_render(int argc, char **argv) {
     case 'p': preset = optarg; break;
     case 'j': json = 1; break;
     case 'h': bench_usage(stdout); return FC_EXIT_OK;
-    default: bench_usage(stderr); return FC_EXIT_INPUT;
+    default: return fc_cli_bad_option("bench", argv);
     }
   }
   fc_speech sp = {0};
@@ -414,15 +402,11 @@ static int bench_model(int argc, char **argv) {
     case 't': dtype = optarg; break;
     case 'b': list = optarg; break;
     case 'S':
-      seconds = strtod(optarg, NULL);
-      if (!(seconds > 0 && seconds <= 600)) {
-        fprintf(stderr, "facecast: error: --seconds '%s': expected 0..600\n", optarg);
-        return FC_EXIT_INPUT;
-      }
+      if ((err = fc_cli_parse_real("--seconds", optarg, 0.01, 600, &seconds))) return fc_cli_fail(err);
       break;
     case 'j': json = 1; break;
     case 'h': bench_usage(stdout); return FC_EXIT_OK;
-    default: bench_usage(stderr); return FC_EXIT_INPUT;
+    default: return fc_cli_bad_option("bench", argv);
     }
   }
   if (!ckpt) {

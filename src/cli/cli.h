@@ -20,6 +20,12 @@ int fc_bench_pack(int argc, char **argv);
 /* Prints "facecast: error: <detail>" for err and returns the exit code it maps to. */
 int fc_cli_fail(int err);
 
+/* Parses option opt's value s as a number in lo..hi (the whole string). */
+int fc_cli_parse_real(const char *opt, const char *s, double lo, double hi, double *out);
+
+/* After getopt_long answered '?' (opterr 0): one line naming the option; FC_EXIT_INPUT. */
+int fc_cli_bad_option(const char *cmd, char **argv);
+
 /* Parses --opus-complexity: 1..10. */
 int fc_cli_parse_opus_complexity(const char *s, int *out);
 

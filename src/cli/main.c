@@ -3,6 +3,7 @@
 #include "facecast/error.h"
 
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -30,6 +31,21 @@ int fc_cli_fail(int err) {
   default:
     return FC_EXIT_FAIL;
   }
+}
+
+int fc_cli_parse_real(const char *opt, const char *s, double lo, double hi, double *out) {
+  char *end;
+  double v = strtod(s, &end);
+  if (end == s || *end || !(v >= lo && v <= hi))
+    return fc_error_set(FC_EINVAL, "%s '%s': expected a number from %g to %g", opt, s, lo, hi);
+  *out = v;
+  return FC_OK;
+}
+
+int fc_cli_bad_option(const char *cmd, char **argv) {
+  fprintf(stderr, "facecast: error: %s: unknown or incomplete option '%s' (see --help)\n", cmd,
+          argv[optind - 1]);
+  return FC_EXIT_INPUT;
 }
 
 int fc_cli_parse_opus_complexity(const char *s, int *out) {

@@ -113,10 +113,6 @@
  * encoder running for ever. Five seconds is five missed reports: a stalled network, not a
  * late packet. */
 #define PEER_TIMEOUT_US (5 * G_TIME_SPAN_SECOND)
-/* x264 preset for live streams: superfast costs about a fifth less CPU than veryfast for a
- * talking head (mostly skipped blocks) at a small loss of quality at the same bit rate, and
- * CPU decides how many sessions a machine holds (docs/BENCHMARKS.md). */
-#define DEFAULT_PRESET "superfast"
 /* Opus bit rate: mono speech is transparent well below the encoder's 64 kbit/s default. */
 #define OPUS_BITRATE 32000
 #define LIVE_CRF 23 /* x264 quality (see the encoder settings below) */
@@ -587,15 +583,16 @@ static GstPadProbeReturn video_out(GstPad *pad, GstPadProbeInfo *info, gpointer 
     const int found = atomic_load_explicit(&s->push_ring[slot].pts, memory_order_acquire) == pts;
     const GstClockTime pushed = atomic_load_explicit(&s->push_ring[slot].pushed, memory_order_relaxed);
     GstElement *enc = GST_ELEMENT(GST_OBJECT_PARENT(pad));
+    atomic_fetch_add_explicit(&s->frames_encoded, 1, memory_order_relaxed);
+    if (!GST_BUFFER_FLAG_IS_SET(buf, GST_BUFFER_FLAG_DELTA_UNIT))
+      atomic_fetch_add_explicit(&s->keyframes, 1, memory_order_relaxed);
+    /* Timed when its push is still in the ring and the clock runs (all but the first few). */
     GstClock *clock = found && enc ? gst_element_get_clock(enc) : NULL;
     if (clock) {
       const GstClockTime now = gst_clock_get_time(clock), base = gst_element_get_base_time(enc);
       gst_object_unref(clock);
       const GstClockTime run = now > base ? now - base : 0;
       const GstClockTime d = run > pushed ? run - pushed : 0;
-      atomic_fetch_add_explicit(&s->frames_encoded, 1, memory_order_relaxed);
-      if (!GST_BUFFER_FLAG_IS_SET(buf, GST_BUFFER_FLAG_DELTA_UNIT))
-        atomic_fetch_add_explicit(&s->keyframes, 1, memory_order_relaxed);
       atomic_fetch_add_explicit(&s->encode_delay_us, d / 1000, memory_order_relaxed);
       if (d > s->frame_period)
         atomic_fetch_add_explicit(&s->frames_encoded_late, 1, memory_order_relaxed);
@@ -923,7 +920,7 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
   if (p.fps == 0) p.fps = 25;
   if (p.sample_rate == 0) p.sample_rate = 16000;
   if (p.video_kbps == 0) p.video_kbps = 1500;
-  if (!p.x264_preset) p.x264_preset = DEFAULT_PRESET;
+  if (!p.x264_preset) p.x264_preset = FC_LIVE_X264_PRESET;
   if (p.x264_threads == 0) p.x264_threads = 1;
   if (p.kind != FC_LIVE_WEBRTC && p.kind != FC_LIVE_NULL) {
     rc = fc_error_set(FC_EINVAL, "live output: unknown kind %d", (int)p.kind);
@@ -1124,7 +1121,8 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
   }
 
   sh->frame_period = gst_util_uint64_scale(1, GST_SECOND, (guint64)p.fps);
-  l->key_phase = 1 + g_random_int_range(1, 2 * p.fps - 1); /* picture 2 .. 2*fps - 1 */
+  /* picture 2 .. 2*fps - 1 (none at 1 fps, where every other picture is a key frame anyway) */
+  l->key_phase = p.fps > 1 ? 1 + g_random_int_range(1, 2 * p.fps - 1) : 0;
   if ((rc = add_probe(venc, "src", sh, video_out)) || (rc = add_probe(aenc, "src", sh, count_bytes)))
     goto fail;
   l->venc_src = gst_element_get_static_pad(venc, "src");

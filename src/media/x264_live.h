@@ -13,7 +13,8 @@ typedef struct fc_x264_config {
   int crf, vbv_kbps;
 } fc_x264_config;
 
-/* A new "fcx264enc" element with this configuration (copied), or NULL and FC_EMEDIA. */
+/* A new "fcx264enc" element with this configuration (copied), or NULL and FC_EINVAL (an
+ * unknown preset). */
 GstElement *fc_x264enc_new(const fc_x264_config *cfg, int *err);
 
 /* Whether preset is one of x264's preset names. */

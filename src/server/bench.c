@@ -8,6 +8,7 @@
 #include "server/internal.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,6 +132,49 @@ static gboolean stop_loop(gpointer data) {
   return G_SOURCE_REMOVE;
 }
 
+/* Counters of the whole run, read at both ends of the measured window. */
+typedef struct counts {
+  uint64_t sent, dropped, bytes, encoded, delay_us, enc_late; /* the sessions' outputs */
+  uint64_t skipped, late;                                      /* the pacers */
+  uint64_t batches, batch_frames;                              /* scheduler or solo calls */
+  double batch_p95_ms;
+} counts;
+
+static void read_counts(const bench_ctx *b, counts *c) {
+  fc_server *srv = b->srv;
+  memset(c, 0, sizeof *c);
+  for (int i = 0; i < b->n; i++) {
+    fc_live_stats st;
+    fc_live_get_stats(b->s[i]->live, &st);
+    c->sent += st.frames_pushed - st.frames_dropped;
+    c->dropped += st.frames_dropped;
+    c->bytes += st.bytes_sent;
+    c->encoded += st.frames_encoded;
+    c->delay_us += st.encode_delay_us;
+    c->enc_late += st.frames_encoded_late;
+  }
+  c->skipped = srv->ticks_skipped;
+  c->late = srv->frames_late;
+  if (!srv->sched) {
+    c->batches = srv->solo_calls;
+    c->batch_frames = srv->solo_frames;
+    return;
+  }
+  for (int k = 0; k < srv->n_devs; k++) {
+    fc_sched_stats ss;
+    if (fc_sched_stats_get(srv->sched, k, &ss)) continue;
+    c->batches += ss.batches;
+    c->batch_frames += ss.frames;
+    if (ss.p95_ms > c->batch_p95_ms) c->batch_p95_ms = ss.p95_ms;
+  }
+}
+
+/* The nearest-rank percentile's index in n sorted samples (n > 0): ceil(q n) - 1. */
+static size_t nearest_rank(size_t n, double q) {
+  size_t r = (size_t)ceil(q * (double)n);
+  return r ? r - 1 : 0;
+}
+
 static int cmp_float(const void *a, const void *b) {
   float x = *(const float *)a, y = *(const float *)b;
   return (x > y) - (x < y);
@@ -174,68 +218,42 @@ int fc_server_bench(const fc_server_params *p, int sessions, int talking, double
   g_main_loop_run(srv->loop);
   size_t cap = (size_t)(sessions * FC_FPS * (seconds + 2));
   float *samples = g_new(float, cap);
-  fc_live_stats st0[1];
-  uint64_t enc0 = 0, drop0 = 0, bytes0 = 0, out0 = 0, delay0 = 0, olate0 = 0;
-  for (int i = 0; i < sessions; i++) {
-    fc_live_get_stats(b.s[i]->live, st0);
-    enc0 += st0->frames_pushed - st0->frames_dropped;
-    drop0 += st0->frames_dropped;
-    bytes0 += st0->bytes_sent;
-    out0 += st0->frames_encoded, delay0 += st0->encode_delay_us, olate0 += st0->frames_encoded_late;
-  }
-  uint64_t skip0 = srv->ticks_skipped, late0 = srv->frames_late;
-  uint64_t sb0 = 0, sf0 = 0;
-  for (int k = 0; srv->sched && k < srv->n_devs; k++) {
-    fc_sched_stats ss;
-    if (fc_sched_stats_get(srv->sched, k, &ss) == 0) sb0 += ss.batches, sf0 += ss.frames;
-  }
-  uint64_t solo_c0 = srv->solo_calls, solo_f0 = srv->solo_frames;
-  g_mutex_lock(&srv->stat_lock);
-  srv->late_n = 0;
-  srv->late_cap = cap;
-  srv->late_samples = samples;
-  g_mutex_unlock(&srv->stat_lock);
+  /* The slow probes first (NVML's start, a scan of every thread), so that the counters below
+   * are read right next to the clock at both ends: the window they count is the one divided
+   * by. */
   int gerr, any_gpu = 0;
   for (int k = 0; k < srv->n_devs; k++) any_gpu |= srv->devs[k].gpu >= 0;
   guint tg = 0;
   if (any_gpu && (b.gpu = fc_gpustat_open(&gerr))) tg = g_timeout_add(250, read_gpus, &b);
   tgroup g0[MAX_GROUPS], g1[MAX_GROUPS];
   int ng0 = thread_groups(g0);
+  counts k0, k1;
+  read_counts(&b, &k0);
+  g_mutex_lock(&srv->stat_lock);
+  srv->late_n = 0;
+  srv->late_cap = cap;
+  srv->late_samples = samples;
+  g_mutex_unlock(&srv->stat_lock);
   double c0 = cpu_seconds();
   gint64 w0 = g_get_monotonic_time();
   g_timeout_add((guint)(seconds * 1000), stop_loop, srv->loop);
   g_main_loop_run(srv->loop);
   double wall = (g_get_monotonic_time() - w0) / 1e6;
   double cpu = cpu_seconds() - c0;
-  int ng1 = thread_groups(g1);
-  describe_groups(g1, ng1, g0, ng0, wall, sessions, out->cpu_by_thread, sizeof out->cpu_by_thread);
   g_mutex_lock(&srv->stat_lock);
   srv->late_samples = NULL;
   g_mutex_unlock(&srv->stat_lock);
-  if (srv->sched) { /* over every device; p95 is the worst device's */
-    uint64_t sb1 = 0, sf1 = 0;
-    for (int k = 0; k < srv->n_devs; k++) {
-      fc_sched_stats ss;
-      if (fc_sched_stats_get(srv->sched, k, &ss)) continue;
-      sb1 += ss.batches, sf1 += ss.frames;
-      if (ss.p95_ms > out->batch_p95_ms) out->batch_p95_ms = ss.p95_ms;
-    }
-    out->mean_batch = sb1 > sb0 ? (double)(sf1 - sf0) / (sb1 - sb0) : 0;
-  } else {
-    uint64_t nb = srv->solo_calls - solo_c0;
-    out->mean_batch = nb ? (double)(srv->solo_frames - solo_f0) / nb : 0;
-  }
-  uint64_t enc1 = 0, drop1 = 0, bytes1 = 0, out1 = 0, delay1 = 0, olate1 = 0;
-  for (int i = 0; i < sessions; i++) {
-    fc_live_get_stats(b.s[i]->live, st0);
-    enc1 += st0->frames_pushed - st0->frames_dropped;
-    drop1 += st0->frames_dropped;
-    bytes1 += st0->bytes_sent;
-    out1 += st0->frames_encoded, delay1 += st0->encode_delay_us, olate1 += st0->frames_encoded_late;
-  }
-  out->encode_delay_ms = out1 > out0 ? (double)(delay1 - delay0) / 1000.0 / (double)(out1 - out0) : 0;
-  out->encode_late_pct = out1 > out0 ? 100.0 * (double)(olate1 - olate0) / (double)(out1 - out0) : 0;
-  out->kbps = (double)(bytes1 - bytes0) * 8 / 1000 / wall / sessions;
+  read_counts(&b, &k1);
+  int ng1 = thread_groups(g1);
+  describe_groups(g1, ng1, g0, ng0, wall, sessions, out->cpu_by_thread, sizeof out->cpu_by_thread);
+  out->batch_p95_ms = k1.batch_p95_ms; /* the worst device's */
+  out->mean_batch = k1.batches > k0.batches
+                        ? (double)(k1.batch_frames - k0.batch_frames) / (k1.batches - k0.batches)
+                        : 0;
+  uint64_t encoded = k1.encoded - k0.encoded;
+  out->encode_delay_ms = encoded ? (double)(k1.delay_us - k0.delay_us) / 1000.0 / encoded : 0;
+  out->encode_late_pct = encoded ? 100.0 * (double)(k1.enc_late - k0.enc_late) / encoded : 0;
+  out->kbps = (double)(k1.bytes - k0.bytes) * 8 / 1000 / wall / sessions;
   g_source_remove(t1);
   if (tg) g_source_remove(tg);
   out->gpu_util_pct = b.util_n ? b.util_sum / b.util_n : -1;
@@ -245,13 +263,13 @@ int fc_server_bench(const fc_server_params *p, int sessions, int talking, double
   out->sessions = sessions;
   out->talking = b.talking;
   out->seconds = wall;
-  out->final_fps = (double)(enc1 - enc0) / sessions / wall;
-  out->late_p50_ms = n ? samples[n / 2] : 0;
-  out->late_p99_ms = n ? samples[(size_t)(n * 0.99)] : 0;
+  out->final_fps = (double)(k1.sent - k0.sent) / sessions / wall;
+  out->late_p50_ms = n ? samples[(n - 1) / 2] : 0;
+  out->late_p99_ms = n ? samples[nearest_rank(n, 0.99)] : 0;
   out->cpu_per_session = cpu / wall / sessions;
-  out->dropped = drop1 - drop0;
-  out->skipped_ticks = srv->ticks_skipped - skip0;
-  out->late_frames = srv->frames_late - late0;
+  out->dropped = k1.dropped - k0.dropped;
+  out->skipped_ticks = k1.skipped - k0.skipped;
+  out->late_frames = k1.late - k0.late;
   g_free(samples);
 done:
   for (int i = 0; i < sessions; i++)
