@@ -31,6 +31,7 @@ typedef struct w2l_state {
   fc_w2l *net;
   int max_batch;
   fc_w2l_job *jobs;
+  int *job_req; /* jobs[k] is for request job_req[k] of the batch in flight */
   /* the batch in flight, for the background callback */
   const fc_lipsync_req *cur_reqs;
   fc_patch *cur_out;
@@ -41,6 +42,7 @@ static void w2l_destroy(void *p) {
   if (!st) return;
   fc_w2l_destroy(st->net);
   free(st->jobs);
+  free(st->job_req);
   free(st);
 }
 
@@ -78,7 +80,8 @@ static int w2l_create(const fc_lipsync_params *p, void **state) {
   fc_w2l_params wp = {.device = p->device, .max_batch = st->max_batch,
                       .dtype = gpu ? FC_W2L_FP16 : FC_W2L_FP32};
   if (!(st->net = fc_w2l_load(p->checkpoint, &wp, &err))) goto fail;
-  if (!(st->jobs = calloc((size_t)st->max_batch, sizeof *st->jobs))) {
+  if (!(st->jobs = calloc((size_t)st->max_batch, sizeof *st->jobs)) ||
+      !(st->job_req = calloc((size_t)st->max_batch, sizeof *st->job_req))) {
     err = fc_error_set(FC_ENOMEM, "wav2lip: out of memory");
     goto fail;
   }
@@ -116,11 +119,13 @@ static size_t w2l_capacity(void *p, const fc_avatar *av) {
 /* The model asks for request j's background: the frame's I420 under the patch rect. */
 static int request_base(void *user, int j) {
   w2l_state *st = user;
-  const fc_lipsync_req *rq = &st->cur_reqs[j];
-  return fc_avatar_copy_i420_rect(rq->avatar, rq->frame, st->cur_out[j].place, st->jobs[j].out);
+  const int r = st->job_req[j];
+  const fc_lipsync_req *rq = &st->cur_reqs[r];
+  return fc_avatar_copy_i420_rect(rq->avatar, rq->frame, st->cur_out[r].place, st->jobs[j].out);
 }
 
 static int run_batch(w2l_state *st, const fc_lipsync_req *reqs, fc_patch *out, int n) {
+  int nj = 0;
   for (int k = 0; k < n; k++) {
     const fc_lipsync_req *rq = &reqs[k];
     if (!rq->avatar || !rq->mel) return fc_error_set(FC_EINVAL, "wav2lip: request without mel");
@@ -131,19 +136,22 @@ static int run_batch(w2l_state *st, const fc_lipsync_req *reqs, fc_patch *out, i
     int x1 = box.x + box.w < where.x + where.w ? box.x + box.w : where.x + where.w;
     int y1 = box.y + box.h < where.y + where.h ? box.y + box.h : where.y + where.h;
     box = (fc_rect){x0, y0, (x1 - x0) & ~1, (y1 - y0) & ~1};
-    if (box.w < 8 || box.h < 8)
-      return fc_error_set(FC_EINVAL, "wav2lip: avatar frame %d has no usable face box", rq->frame);
+    out[k].i420 = 1;
+    if (box.w < 8 || box.h < 8) { /* no mouth to make: the frame as it is, the others go on */
+      out[k].place = (fc_rect){0};
+      continue;
+    }
     int top = (int)(0.45f * box.h) & ~1; /* the mask is transparent above 45 % of the box */
     out[k].place = (fc_rect){box.x, box.y + top, box.w, box.h - top};
-    out[k].i420 = 1;
-    st->jobs[k] = (fc_w2l_job){
+    st->job_req[nj] = k;
+    st->jobs[nj++] = (fc_w2l_job){
         .key = fc_avatar_frame_key(rq->avatar, rq->frame),
         .box_w = box.w, .box_h = box.h, .y0 = top,
         .rgb = im->rgb + (size_t)(box.y - where.y) * im->stride + (size_t)(box.x - where.x) * 3,
         .rgb_stride = im->stride, .mel = rq->mel, .out = out[k].rgb};
   }
   st->cur_reqs = reqs, st->cur_out = out;
-  return fc_w2l_composite(st->net, st->jobs, n, request_base, st);
+  return nj ? fc_w2l_composite(st->net, st->jobs, nj, request_base, st) : FC_OK;
 }
 
 static int w2l_run(void *p, const fc_lipsync_req *reqs, fc_patch *out, int n) {

@@ -44,16 +44,7 @@ struct w2l_ccache {
   size_t out_cap;
 };
 
-static int cerr(cudaError_t e, const char *what) {
-  cudaGetLastError();
-  return fc_error_set(e == cudaErrorMemoryAllocation ? FC_ENOMEM : FC_EIO,
-                      "wav2lip cuda composite: %s: %s", what, cudaGetErrorString(e));
-}
-#define CK(call, what)                                                                            \
-  do {                                                                                             \
-    cudaError_t e_ = (call);                                                                       \
-    if (e_ != cudaSuccess) return cerr(e_, what);                                                  \
-  } while (0)
+#define CK W2L_CU
 
 void w2l_ccache_destroy(w2l_ccache *c) {
   if (!c) return;
@@ -80,7 +71,7 @@ int w2l_ccache_create(w2l_ccache **out, int max_batch, cudaStream_t st) {
   int err = FC_OK;
   cudaError_t e = cudaMemGetInfo(&fr, &total);
   if (e != cudaSuccess) {
-    err = cerr(e, "cudaMemGetInfo");
+    err = w2l_cuda_error(e, "cudaMemGetInfo");
     goto fail;
   }
   c->src_cap = fr / 8 < ARENA_MAX ? fr / 8 : ARENA_MAX;
@@ -90,7 +81,7 @@ int w2l_ccache_create(w2l_ccache **out, int max_batch, cudaStream_t st) {
       (e = cudaMallocHost((void **)&c->h_jobs, sizeof(w2l_cjob) * max_batch)) != cudaSuccess ||
       (e = cudaMalloc((void **)&c->d_out, c->out_cap)) != cudaSuccess ||
       (e = cudaMallocHost((void **)&c->h_out, c->out_cap)) != cudaSuccess) {
-    err = cerr(e, "device buffers");
+    err = w2l_cuda_error(e, "device buffers");
     goto fail;
   }
   *out = c;
@@ -186,13 +177,16 @@ restart:
   for (int k = n; k < nb; k++) c->h_jobs[k] = (w2l_cjob){.live = 0};
   if (total > c->out_cap) {
     CK(cudaStreamSynchronize(c->st), "output buffer");
+    /* Moved from here on, even if the new one cannot be had: graphs naming the old one must go
+     * (a retry at half the batch would otherwise fit the old capacity and write freed memory). */
+    *grew = 1;
     cudaFree(c->d_out);
     cudaFreeHost(c->h_out);
     c->d_out = c->h_out = NULL;
+    c->out_cap = 0;
+    CK(cudaMalloc((void **)&c->d_out, 2 * total), "output buffer");
+    CK(cudaMallocHost((void **)&c->h_out, 2 * total), "output buffer");
     c->out_cap = 2 * total;
-    CK(cudaMalloc((void **)&c->d_out, c->out_cap), "output buffer");
-    CK(cudaMallocHost((void **)&c->h_out, c->out_cap), "output buffer");
-    *grew = 1;
   }
   *out_bytes = total;
   return FC_OK;

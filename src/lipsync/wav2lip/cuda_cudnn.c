@@ -131,7 +131,7 @@ typedef struct cstate {
   cudaEvent_t ev[W2L_MAX_OPS + 1]; /* W2L_CUDA_TIMING */
 } cstate;
 
-static int cuda_err(cudaError_t e, const char *what) {
+int w2l_cuda_error(cudaError_t e, const char *what) {
   cudaGetLastError(); /* clear it */
   return fc_error_set(e == cudaErrorMemoryAllocation ? FC_ENOMEM : FC_EUNSUPPORTED,
                       "wav2lip cuda: %s: %s", what, cudaGetErrorString(e));
@@ -142,11 +142,7 @@ static int dnn_err(cudnnStatus_t s, const char *what) {
                       "wav2lip cuda: %s: %s", what, cudnnGetErrorString(s));
 }
 
-#define CU(call, what)                                                                             \
-  do {                                                                                             \
-    cudaError_t e_ = (call);                                                                       \
-    if (e_ != cudaSuccess) return cuda_err(e_, what);                                              \
-  } while (0)
+#define CU W2L_CU
 #define DNN(call, what)                                                                            \
   do {                                                                                             \
     cudnnStatus_t s_ = (call);                                                                     \
@@ -306,7 +302,7 @@ static int create_inner(cstate *s, const fc_w2l *m) {
   if (!host) return FC_ENOMEM;
   int err = FC_OK;
   e = cudaMalloc((void **)&tmp, maxw * sizeof(float));
-  if (e != cudaSuccess) err = cuda_err(e, "weights");
+  if (e != cudaSuccess) err = w2l_cuda_error(e, "weights");
   for (int i = 0; !err && i < m->nlayers; i++) {
     s->nlayers = i + 1;
     err = setup_layer(s, &m->layers[i], &s->layers[i],
@@ -774,13 +770,14 @@ static int cuda_composite(void *state, const fc_w2l *m, const fc_w2l_job *jobs, 
     note_memory(s);
   }
   size_t outb = 0;
-  if ((err = w2l_ccache_resolve(s->cc, jobs, n, nb, base, user, first, &outb, &grew))) return err;
-  if (grew) { /* the output buffer moved: the composite graphs name the old one */
+  err = w2l_ccache_resolve(s->cc, jobs, n, nb, base, user, first, &outb, &grew);
+  if (grew) { /* the output buffer moved (or is gone): the composite graphs name the old one */
     for (cplan *q = s->plans; q; q = q->next)
       if (q->graph[W2L_IO_COMPOSITE])
         cudaGraphExecDestroy(q->graph[W2L_IO_COMPOSITE]), q->graph[W2L_IO_COMPOSITE] = NULL;
     note_memory(s);
   }
+  if (err) return err;
   const size_t mel = (size_t)FC_W2L_MEL_H * FC_W2L_MEL_W;
   for (int k = 0; k < n; k++)
     memcpy((float *)(s->h_in + s->mel_off) + k * mel, jobs[k].mel, sizeof(float) * mel);

@@ -9,6 +9,7 @@
 #ifndef FC_W2L_COMPOSITE_H
 #define FC_W2L_COMPOSITE_H
 
+#include <math.h>
 #include <stdint.h>
 
 #ifdef __CUDACC__
@@ -53,8 +54,9 @@ W2L_HD int w2l_alpha(int x, int by, int bw, int bh) {
   float av = v < 0.45f ? 0.0f : v > 0.6f ? 1.0f : (v - 0.45f) / 0.15f;
   float ab = v > 0.95f ? (1.0f - v) / 0.05f : 1.0f;
   float as = u < 0.08f ? u / 0.08f : u > 0.92f ? (1.0f - u) / 0.08f : 1.0f;
-  float a = 255.0f * av * ab * as;
-  return (int)(a + 0.5f);
+  /* rintf, not (int)(a + 0.5f): nvcc would fuse that last multiply and add into one fma and
+   * round differently from the host near .5 (the two sides must give the same bytes). */
+  return (int)rintf(255.0f * av * ab * as);
 }
 
 W2L_HD int w2l_mix(int p, int b, int a) { return (p * a + b * (255 - a) + 127) / 255; }

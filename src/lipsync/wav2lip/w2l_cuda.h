@@ -17,6 +17,15 @@ extern "C" {
 
 enum { W2L_DT_F32 = 0, W2L_DT_F16 = 1, W2L_DT_BF16 = 2 }; /* == FC_W2L_FP32 / FP16 / BF16 */
 
+/* A failed CUDA runtime call as an fc error (cuda_cudnn.c): FC_ENOMEM for an allocation (the
+ * scheduler halves the batch on it), FC_EUNSUPPORTED otherwise; clears the sticky last error. */
+int w2l_cuda_error(cudaError_t e, const char *what);
+#define W2L_CU(call, what)                                                                        \
+  do {                                                                                             \
+    cudaError_t e_ = (call);                                                                       \
+    if (e_ != cudaSuccess) return w2l_cuda_error(e_, what);                                        \
+  } while (0)
+
 /* dst[n][p][c] = src[n][c][p] (NCHW fp32 -> NHWC), p over hw pixels; dst pixels are cdst >= c
  * channels apart (the channels past c are not written) */
 int w2l_cuda_nchw_to_nhwc(const float *src, void *dst, int cdst, int n, int c, int hw, int dt,
