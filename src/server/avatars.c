@@ -10,56 +10,44 @@
  * status: pending → running → completed | failed | canceled; progress 0–100; a refusal by the
  * quality gate fails with one reason per problem ({key, message}).
  *
- * Jobs run one at a time on their own thread at a lower CPU priority (nice 10), so creating
- * an avatar never takes a core from the live sessions' frame production; the face models are
- * loaded on that thread the first time and kept. Task state is shared between that thread
- * (progress, results) and the main loop (requests) under one mutex. An upload is written to a
+ * Jobs run one at a time on the task table's thread at nice 10 (tasks.h: states, answers,
+ * eviction), so creating an avatar never takes a core from the live sessions' frame
+ * production; the face models are loaded on that thread the first time and kept. An upload is written to a
  * temporary file (removed when the job ends) because the decoder reads files. video_path reads
  * a file on the server's machine: the API is for operators, not the public. */
 #include "facecast/error.h"
 #include "facecast/pack.h"
 #include "facecast/studio.h"
 #include "server/internal.h"
+#include "server/tasks.h"
 
 #include <dirent.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #define MAX_TASKS 256 /* kept in the table; the oldest finished ones are forgotten first */
 
-enum { T_PENDING, T_RUNNING, T_COMPLETED, T_FAILED, T_CANCELED };
-static const char *const status_name[] = {"pending", "running", "completed", "failed", "canceled"};
-
 typedef struct task {
-  char id[64], avatar_id[64];
+  fc_task t; /* first: the table's part (tasks.h) */
+  char avatar_id[64];
   char *src;    /* the file to read */
   int nclips;   /* action clips (JSON "clips": [{name, video_path}]) */
   char *clip_name[FC_STUDIO_MAX_CLIPS], *clip_file[FC_STUDIO_MAX_CLIPS];
   int upload;   /* src is our temporary file */
-  int queued;   /* in the pool's queue: the pool holds the pointer, so it stays in the table */
   int crop;     /* 0, 96, 256 */
-  int status, progress;
-  volatile int cancel;
-  int err;
-  char error[512];
   fc_studio_result res;
-  gint64 created;
 } task;
 
 typedef struct fc_avatar_tasks {
-  GMutex lock;
-  GHashTable *tasks; /* id → task* */
-  GThreadPool *pool; /* one thread */
-  fc_face_models models;
+  fc_tasks *tasks;
+  fc_face_models models; /* the task thread's, loaded on its first job */
   int models_loaded, models_err;
   char models_msg[256];
-  unsigned seq;
 } fc_avatar_tasks;
 
-static void free_task(gpointer p) {
-  task *t = p;
+static void free_task(fc_task *p) {
+  task *t = (task *)p;
   if (t->upload && t->src) remove(t->src);
   g_free(t->src);
   for (int k = 0; k < t->nclips; k++) g_free(t->clip_name[k]), g_free(t->clip_file[k]);
@@ -68,93 +56,57 @@ static void free_task(gpointer p) {
 
 static void on_progress(void *user, int pct) {
   task *t = user;
-  t->progress = pct; /* an int store; readers take the lock only for consistency of the rest */
+  t->t.progress = pct; /* an int store (tasks.h) */
 }
 
-static void run_task(gpointer data, gpointer user) {
-  fc_server *srv = user;
+static int run_task(fc_server *srv, fc_task *base) {
   fc_avatar_tasks *at = srv->avatar_tasks;
-  task *t = data;
-  g_mutex_lock(&at->lock);
-  t->queued = 0;
-  if (t->status != T_PENDING) { /* cancelled while queued */
-    g_mutex_unlock(&at->lock);
-    return;
-  }
-  t->status = T_RUNNING;
-  g_mutex_unlock(&at->lock);
-  setpriority(PRIO_PROCESS, 0, 10); /* this thread only (Linux: per-thread nice) */
+  task *t = (task *)base;
   if (!at->models_loaded && !at->models_err) {
     at->models_err = fc_face_models_load(&at->models);
     if (at->models_err) snprintf(at->models_msg, sizeof at->models_msg, "%s", fc_error_detail(at->models_err));
     else at->models_loaded = 1;
   }
-  int err = at->models_err;
-  fc_studio_result res;
-  memset(&res, 0, sizeof res);
+  int err = at->models_err ? fc_error_set(at->models_err, "%s", at->models_msg) : FC_OK;
   if (!err) {
     fc_studio_params p = {.from = t->src, .id = t->avatar_id, .crop_size = t->crop,
                           .models = &at->models, .progress = on_progress, .user = t,
-                          .cancel = &t->cancel, .nclips = t->nclips};
+                          .cancel = &t->t.cancel, .nclips = t->nclips};
     for (int k = 0; k < t->nclips; k++) p.clip_name[k] = t->clip_name[k], p.clip_file[k] = t->clip_file[k];
-    err = fc_studio_create(&p, &res);
+    err = fc_studio_create(&p, &t->res);
   }
-  g_mutex_lock(&at->lock);
-  t->res = res;
-  t->err = err;
-  snprintf(t->error, sizeof t->error, "%s", err ? (at->models_err ? at->models_msg : fc_error_detail(err)) : "");
-  t->status = !err ? T_COMPLETED : err == FC_ECANCELED ? T_CANCELED : T_FAILED;
-  if (!err) t->progress = 100;
-  if (t->upload && t->src) {
+  if (t->upload && t->src) { /* read: not needed any more */
     remove(t->src);
     g_free(t->src);
     t->src = NULL;
   }
-  g_mutex_unlock(&at->lock);
+  return err;
 }
 
-/* The task as JSON (call with the lock held). */
-static void task_json(const task *t, GString *o) {
-  g_string_append_printf(o, "{\"task_id\":\"%s\",\"avatar_id\":\"%s\",\"status\":\"%s\",\"progress\":%d",
-                         t->id, t->avatar_id, status_name[t->status], t->progress);
-  if (t->status == T_FAILED || t->status == T_CANCELED) {
-    char *q = fc_http_json_quote(t->error);
-    g_string_append_printf(o, ",\"error\":%s", q);
-    g_free(q);
-    if (fc_quality_failed(&t->res.quality)) {
-      g_string_append(o, ",\"reasons\":[");
-      int k = 0;
-      for (int r = 0; r < FC_Q_COUNT; r++) {
-        if (!t->res.quality.blocking[r]) continue;
-        char *mq = fc_http_json_quote(t->res.quality.message[r]);
-        g_string_append_printf(o, "%s{\"key\":\"%s\",\"message\":%s}", k++ ? "," : "", fc_quality_key(r), mq);
-        g_free(mq);
-      }
-      g_string_append(o, "]");
+/* The task as JSON (the table's lock held). */
+static void task_json(const fc_task *base, GString *o) {
+  const task *t = (const task *)base;
+  g_string_append_printf(o, "{\"avatar_id\":\"%s\",", t->avatar_id);
+  fc_task_json_fields(&t->t, o);
+  if (t->t.status == FC_TASK_FAILED && fc_quality_failed(&t->res.quality)) {
+    g_string_append(o, ",\"reasons\":[");
+    int k = 0;
+    for (int r = 0; r < FC_Q_COUNT; r++) {
+      if (!t->res.quality.blocking[r]) continue;
+      char *mq = fc_http_json_quote(t->res.quality.message[r]);
+      g_string_append_printf(o, "%s{\"key\":\"%s\",\"message\":%s}", k++ ? "," : "", fc_quality_key(r), mq);
+      g_free(mq);
     }
+    g_string_append(o, "]");
   }
-  if (t->status == T_COMPLETED)
+  if (t->t.status == FC_TASK_COMPLETED)
     g_string_append_printf(o, ",\"result\":{\"frames\":%d,\"width\":%d,\"height\":%d,\"seconds\":%.2f}",
                            t->res.frames, t->res.width, t->res.height, t->res.seconds_taken);
   g_string_append(o, "}");
 }
 
-/* Forgets the oldest finished task when the table is full (lock held). */
-static int make_room(fc_avatar_tasks *at) {
-  if (g_hash_table_size(at->tasks) < MAX_TASKS) return 1;
-  GHashTableIter it;
-  gpointer k, v;
-  task *oldest = NULL;
-  g_hash_table_iter_init(&it, at->tasks);
-  while (g_hash_table_iter_next(&it, &k, &v)) {
-    task *t = v;
-    if (t->status >= T_COMPLETED && !t->queued && (!oldest || t->created < oldest->created))
-      oldest = t;
-  }
-  if (!oldest) return 0;
-  g_hash_table_remove(at->tasks, oldest->id);
-  return 1;
-}
+static const fc_task_kind avatar_kind = {.noun = "avatar task", .max = MAX_TASKS, .run = run_task,
+                                         .json = task_json, .destroy = free_task};
 
 static int crop_of(const char *s, int *crop) {
   if (!s || !*s) return *crop = 0, 1;
@@ -182,35 +134,14 @@ static void start_task(fc_server *srv, SoupServerMessage *msg, const char *avata
     fc_http_error(msg, 404, "%s: no such readable file on the server", src);
     goto fail;
   }
-  g_mutex_lock(&at->lock);
-  char id[64];
-  if (task_id) snprintf(id, sizeof id, "%s", task_id);
-  else snprintf(id, sizeof id, "task-%u-%s", ++at->seq, avatar_id);
-  if (g_hash_table_lookup(at->tasks, id)) {
-    g_mutex_unlock(&at->lock);
-    fc_http_error(msg, 409, "task '%s' exists", id);
-    goto fail;
-  }
-  if (!make_room(at)) {
-    g_mutex_unlock(&at->lock);
-    fc_http_error(msg, 503, "too many avatar tasks in progress (%d)", MAX_TASKS);
-    goto fail;
-  }
   task *t = g_new0(task, 1);
-  snprintf(t->id, sizeof t->id, "%s", id);
   snprintf(t->avatar_id, sizeof t->avatar_id, "%s", avatar_id);
-  t->src = src, t->upload = upload, t->crop = crop, t->status = T_PENDING;
+  t->src = src, t->upload = upload, t->crop = crop;
   t->nclips = nclips;
   for (int k = 0; k < nclips; k++) t->clip_name[k] = clip_name[k], t->clip_file[k] = clip_file[k];
-  nclips = 0; /* the task owns them now */
-  t->created = g_get_monotonic_time();
-  t->queued = 1;
-  g_hash_table_insert(at->tasks, t->id, t);
-  g_thread_pool_push(at->pool, t, NULL);
-  char *data = g_strdup_printf("{\"task_id\":\"%s\",\"status\":\"pending\"}", t->id);
-  g_mutex_unlock(&at->lock);
-  fc_http_ok(msg, data);
-  g_free(data);
+  char prefix[80];
+  snprintf(prefix, sizeof prefix, "task-%s", avatar_id);
+  fc_tasks_submit(at->tasks, msg, &t->t, task_id, prefix); /* owns t (and src, clips) now */
   return;
 fail:
   if (upload) remove(src);
@@ -307,7 +238,6 @@ static void h_task(SoupServer *server, SoupServerMessage *msg, const char *path,
                    gpointer user) {
   fc_server *srv = user;
   fc_avatar_tasks *at = srv->avatar_tasks;
-  const char *method = soup_server_message_get_method(msg);
   const char *id = strncmp(path, "/api/avatar/task/", 17) == 0 ? path + 17 : NULL;
   if (id && !*id) id = NULL;
   if (!id) {
@@ -316,60 +246,15 @@ static void h_task(SoupServer *server, SoupServerMessage *msg, const char *path,
     else post_json(srv, msg);
     return;
   }
-  if (strcmp(method, "GET") != 0 && strcmp(method, "DELETE") != 0) {
-    soup_message_headers_replace(soup_server_message_get_response_headers(msg), "Allow", "GET, DELETE");
-    fc_http_error(msg, 405, "method %s not allowed here (use GET or DELETE)", method);
-    return;
-  }
-  g_mutex_lock(&at->lock);
-  task *t = g_hash_table_lookup(at->tasks, id);
-  if (!t) {
-    g_mutex_unlock(&at->lock);
-    fc_http_error(msg, 404, "unknown avatar task '%s'", id);
-    return;
-  }
-  GString *o = g_string_new(NULL);
-  if (strcmp(method, "DELETE") == 0) {
-    if (t->status == T_PENDING) {
-      t->status = T_CANCELED; /* the pool skips it */
-      snprintf(t->error, sizeof t->error, "canceled before it started");
-    } else if (t->status == T_RUNNING) {
-      t->cancel = 1; /* the job stops at its next frame */
-    } else if (!t->queued) {
-      g_hash_table_remove(at->tasks, id);
-      t = NULL;
-    }
-  }
-  if (t) task_json(t, o);
-  else g_string_append_printf(o, "{\"task_id\":\"%s\",\"status\":\"deleted\"}", id);
-  g_mutex_unlock(&at->lock);
-  fc_http_ok(msg, o->str);
-  g_string_free(o, TRUE);
+  fc_tasks_answer(at->tasks, msg, id);
   (void)server, (void)q;
-}
-
-static gint by_created(gconstpointer a, gconstpointer b) {
-  const task *x = a, *y = b;
-  return x->created < y->created ? -1 : x->created > y->created;
 }
 
 static void h_tasks(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
                     gpointer user) {
   fc_server *srv = user;
   fc_avatar_tasks *at = srv->avatar_tasks;
-  if (!fc_http_require_method(msg, "GET")) return;
-  GString *o = g_string_new("[");
-  g_mutex_lock(&at->lock);
-  GList *all = g_list_sort(g_hash_table_get_values(at->tasks), by_created);
-  for (GList *l = all; l; l = l->next) {
-    if (l != all) g_string_append_c(o, ',');
-    task_json(l->data, o);
-  }
-  g_list_free(all);
-  g_mutex_unlock(&at->lock);
-  g_string_append_c(o, ']');
-  fc_http_ok(msg, o->str);
-  g_string_free(o, TRUE);
+  fc_tasks_list(at->tasks, msg);
   (void)server, (void)path, (void)q;
 }
 
@@ -403,10 +288,8 @@ static void h_avatars(SoupServer *server, SoupServerMessage *msg, const char *pa
 
 void fc_avatar_tasks_register(fc_server *srv) {
   fc_avatar_tasks *at = g_new0(fc_avatar_tasks, 1);
-  g_mutex_init(&at->lock);
-  at->tasks = g_hash_table_new_full(g_str_hash, g_str_equal, NULL, free_task);
-  at->pool = g_thread_pool_new(run_task, srv, 1, TRUE, NULL);
   srv->avatar_tasks = at;
+  at->tasks = fc_tasks_new(srv, &avatar_kind);
   SoupServer *s = srv->soup;
   soup_server_add_early_handler(s, "/api/avatar/task", fc_http_early, srv, NULL);
   soup_server_add_handler(s, "/api/avatar/task", h_task, srv, NULL);
@@ -417,16 +300,8 @@ void fc_avatar_tasks_register(fc_server *srv) {
 void fc_avatar_tasks_free(fc_server *srv) {
   fc_avatar_tasks *at = srv->avatar_tasks;
   if (!at) return;
-  g_mutex_lock(&at->lock); /* running jobs stop at their next frame */
-  GHashTableIter it;
-  gpointer k, v;
-  g_hash_table_iter_init(&it, at->tasks);
-  while (g_hash_table_iter_next(&it, &k, &v)) ((task *)v)->cancel = 1;
-  g_mutex_unlock(&at->lock);
-  g_thread_pool_free(at->pool, TRUE, TRUE); /* pending ones see cancel and return at once */
-  g_hash_table_destroy(at->tasks);
+  fc_tasks_free(at->tasks); /* running jobs stop at their next frame */
   fc_face_models_free(&at->models);
-  g_mutex_clear(&at->lock);
   g_free(at);
   srv->avatar_tasks = NULL;
 }

@@ -108,7 +108,7 @@ typedef struct fc_server {
   GThreadPool *workers;
 
   struct fc_avatar_tasks *avatar_tasks; /* avatars.c */
-  struct fc_render_tasks *render_tasks; /* renders.c */
+  struct fc_tasks *render_tasks;       /* renders.c (tasks.h) */
 
   /* Pacer threads: each paces the sessions whose shard is its index (pacer.c). */
   struct fc_pacer *pacers;
@@ -117,11 +117,10 @@ typedef struct fc_server {
   gint stopping;
   GMutex stat_lock;   /* the pacers' shared counters below */
 
-  /* Pacer-written counters (under stat_lock), read by /metrics (64-bit aligned loads are
-   * atomic here). */
+  /* Pacer-written counters, under stat_lock (/metrics copies them under it too). */
   uint64_t late_hist[FC_LATE_BUCKETS + 1];
   double late_sum_ms;
-  uint64_t frames_out, frames_idle, frames_late, frames_dropped, ticks_skipped;
+  uint64_t frames_out, frames_idle, frames_late, ticks_skipped;
   uint64_t ticks_busy; /* a session sent nothing: its stream was busy producing (pacer only) */
   uint64_t sessions_created, sessions_rejected;
   /* Per-session counters of the sessions closed so far (under lock, added as each leaves
@@ -172,7 +171,7 @@ struct fc_session {
 
   /* Pacer only (read loosely by /metrics). */
   int still_run; /* idle frames in a row showing the same still picture */
-  uint64_t out_frames, infer_frames, late_frames, dropped_frames;
+  uint64_t out_frames, infer_frames, dropped_frames;
   int64_t log_t0;
   uint64_t log_out0, log_infer0;
   uint64_t infer_total; /* written under q_lock by producers */

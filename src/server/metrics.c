@@ -1,6 +1,7 @@
-/* /metrics in Prometheus' text format. Counters are written by the pacer thread and read here
- * without locks: each is a naturally aligned 64-bit word, so a read sees an old or a new value,
- * never a torn one; a scrape is a snapshot good to a frame. */
+/* /metrics in Prometheus' text format, each family's samples together after its HELP and TYPE
+ * lines. The pacers' counters are copied under stat_lock (one consistent histogram); the
+ * sessions' own counters are read under the server lock without their writers' locks: each is
+ * a naturally aligned 64-bit word, so a read sees an old or a new value, never a torn one. */
 #include "server/internal.h"
 
 const double fc_late_bounds_ms[FC_LATE_BUCKETS] = {1, 2, 5, 10, 20, 40, 80, 160};
@@ -13,93 +14,102 @@ void fc_metrics_late(fc_server *srv, double ms) { /* stat_lock held */
   if (srv->late_samples && srv->late_n < srv->late_cap) srv->late_samples[srv->late_n++] = (float)ms;
 }
 
-typedef struct totals {
-  uint64_t infer, out, late, dropped, enc_late;
-  int n, speaking;
-} totals;
+/* One open session's figures, copied under the server lock and written out after it. */
+typedef struct session_row {
+  char id[24];
+  int ready;
+  unsigned long long frames, pictures_late, keyframes; /* %llu below */
+  double infer_fps, final_fps, encoder_delay_ms;
+} session_row;
+
+/* The text format wants each family's samples together, after its HELP and TYPE lines. */
+static void family(GString *o, const char *name, const char *type, const char *help) {
+  g_string_append_printf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void counter(GString *o, const char *name, const char *help, uint64_t v) {
+  family(o, name, "counter", help);
+  g_string_append_printf(o, "%s %llu\n", name, (unsigned long long)v);
+}
+
+#define SESSION_FAMILY(name, type, help, fmt, field)                                      \
+  do {                                                                                    \
+    family(o, name, type, help);                                                          \
+    for (int i = 0; i < n; i++)                                                           \
+      g_string_append_printf(o, name "{session=\"%s\"} " fmt "\n", rows[i].id, rows[i].field); \
+  } while (0)
 
 void fc_metrics_render(fc_server *srv, GString *o) {
-  totals t = {0};
-  GString *per = g_string_new(NULL);
+  uint64_t infer = 0, dropped = 0, enc_late = 0;
   g_mutex_lock(&srv->lock);
+  int n = (int)g_hash_table_size(srv->sessions);
+  session_row *rows = g_new0(session_row, n > 0 ? n : 1);
   GHashTableIter it;
   gpointer v;
   g_hash_table_iter_init(&it, srv->sessions);
-  while (g_hash_table_iter_next(&it, NULL, &v)) {
+  for (int i = 0; i < n && g_hash_table_iter_next(&it, NULL, &v); i++) {
     fc_session *s = v;
-    t.n++;
-    t.infer += s->infer_frames;
-    t.out += s->out_frames;
-    t.late += s->late_frames;
-    t.dropped += s->dropped_frames;
+    session_row *r = &rows[i];
+    g_strlcpy(r->id, s->id, sizeof r->id);
     g_mutex_lock(&s->q_lock);
-    int depth = s->r_count;
+    r->ready = s->r_count;
     g_mutex_unlock(&s->q_lock);
-    g_string_append_printf(per, "facecast_session_ready_frames{session=\"%s\"} %d\n", s->id, depth);
-    g_string_append_printf(per, "facecast_session_frames_total{session=\"%s\"} %llu\n", s->id,
-                           (unsigned long long)s->out_frames);
-    g_string_append_printf(per, "facecast_session_infer_fps{session=\"%s\"} %.2f\n", s->id,
-                           s->infer_fps);
-    g_string_append_printf(per, "facecast_session_final_fps{session=\"%s\"} %.2f\n", s->id,
-                           s->final_fps);
+    r->frames = s->out_frames;
+    r->infer_fps = s->infer_fps;
+    r->final_fps = s->final_fps;
     /* The output's encoder (out_lock: the output may be going away). */
     fc_live_stats ls = {0};
     g_mutex_lock(&s->out_lock);
     if (s->live) fc_live_get_stats(s->live, &ls);
     g_mutex_unlock(&s->out_lock);
-    t.enc_late += ls.frames_encoded_late;
-    g_string_append_printf(per, "facecast_session_encoder_delay_ms{session=\"%s\"} %.2f\n", s->id,
-                           ls.frames_encoded ? ls.encode_delay_us / 1000.0 / ls.frames_encoded : 0);
-    g_string_append_printf(per, "facecast_session_pictures_late_total{session=\"%s\"} %llu\n",
-                           s->id, (unsigned long long)ls.frames_encoded_late);
-    g_string_append_printf(per, "facecast_session_keyframes_total{session=\"%s\"} %llu\n", s->id,
-                           (unsigned long long)ls.keyframes);
+    r->encoder_delay_ms = ls.frames_encoded ? ls.encode_delay_us / 1000.0 / ls.frames_encoded : 0;
+    r->pictures_late = ls.frames_encoded_late;
+    r->keyframes = ls.keyframes;
+    infer += s->infer_frames;
+    dropped += s->dropped_frames;
+    enc_late += ls.frames_encoded_late;
   }
-  t.infer += srv->closed_infer; /* the counters stay monotonic when sessions close */
-  t.dropped += srv->closed_dropped;
-  t.enc_late += srv->closed_enc_late;
+  infer += srv->closed_infer; /* the totals stay monotonic when sessions close */
+  dropped += srv->closed_dropped;
+  enc_late += srv->closed_enc_late;
+  uint64_t created = srv->sessions_created, rejected = srv->sessions_rejected;
   g_mutex_unlock(&srv->lock);
 
-  g_string_append_printf(o,
-                         "# HELP facecast_sessions Live sessions.\n# TYPE facecast_sessions gauge\n"
-                         "facecast_sessions %d\n"
-                         "facecast_sessions_max %d\n"
-                         "# TYPE facecast_sessions_created_total counter\n"
-                         "facecast_sessions_created_total %llu\n"
-                         "# TYPE facecast_sessions_rejected_total counter\n"
-                         "facecast_sessions_rejected_total %llu\n",
-                         t.n, srv->p.max_sessions, (unsigned long long)srv->sessions_created,
-                         (unsigned long long)srv->sessions_rejected);
-  g_string_append_printf(
-      o,
-      "# HELP facecast_infer_frames_total Frames produced by lip-sync.\n"
-      "# TYPE facecast_infer_frames_total counter\n"
-      "facecast_infer_frames_total %llu\n"
-      "# HELP facecast_final_frames_total Frames sent to outputs.\n"
-      "# TYPE facecast_final_frames_total counter\n"
-      "facecast_final_frames_total %llu\n"
-      "facecast_idle_frames_total %llu\n"
-      "# HELP facecast_late_frames_total Frames the pacer had to produce itself or could not "
-      "send on time.\n"
-      "facecast_late_frames_total %llu\n"
-      "# HELP facecast_dropped_frames_total Frames an output could not take.\n"
-      "facecast_dropped_frames_total %llu\n"
-      "facecast_pacer_ticks_skipped_total %llu\n"
-      "# HELP facecast_pacer_ticks_busy_total Session ticks without a frame: nothing was ready "
-      "and a worker was producing.\n"
-      "facecast_pacer_ticks_busy_total %llu\n"
-      "# HELP facecast_pictures_late_total Pictures that left their session's video "
-      "encoder more than a frame period after the pacer pushed them.\n"
-      "facecast_pictures_late_total %llu\n",
-      (unsigned long long)t.infer, (unsigned long long)srv->frames_out,
-      (unsigned long long)srv->frames_idle, (unsigned long long)srv->frames_late,
-      (unsigned long long)t.dropped, (unsigned long long)srv->ticks_skipped,
-      (unsigned long long)srv->ticks_busy, (unsigned long long)t.enc_late);
-  g_string_append(o, "# HELP facecast_frame_lateness_ms Push time minus the frame's deadline.\n"
-                     "# TYPE facecast_frame_lateness_ms histogram\n");
+  /* The pacers' counters, one consistent copy. */
+  uint64_t hist[FC_LATE_BUCKETS + 1], frames_out, frames_idle, frames_late, skipped, busy;
+  double late_sum;
+  g_mutex_lock(&srv->stat_lock);
+  memcpy(hist, srv->late_hist, sizeof hist);
+  late_sum = srv->late_sum_ms;
+  frames_out = srv->frames_out, frames_idle = srv->frames_idle, frames_late = srv->frames_late;
+  skipped = srv->ticks_skipped, busy = srv->ticks_busy;
+  g_mutex_unlock(&srv->stat_lock);
+
+  family(o, "facecast_sessions", "gauge", "Live sessions.");
+  g_string_append_printf(o, "facecast_sessions %d\n", n);
+  family(o, "facecast_sessions_max", "gauge", "The server's --max-sessions.");
+  g_string_append_printf(o, "facecast_sessions_max %d\n", srv->p.max_sessions);
+  counter(o, "facecast_sessions_created_total", "Sessions opened.", created);
+  counter(o, "facecast_sessions_rejected_total", "Sessions refused: all places in use.", rejected);
+  counter(o, "facecast_infer_frames_total", "Frames produced by lip-sync.", infer);
+  counter(o, "facecast_final_frames_total", "Frames sent to outputs.", frames_out);
+  counter(o, "facecast_idle_frames_total", "Frames sent while the session was not speaking.",
+          frames_idle);
+  counter(o, "facecast_late_frames_total",
+          "Frames the pacer had to produce itself or could not send on time.", frames_late);
+  counter(o, "facecast_dropped_frames_total", "Frames an output could not take.", dropped);
+  counter(o, "facecast_pacer_ticks_skipped_total",
+          "Ticks skipped, not caught up, when a pacer fell more than 5 frames behind.", skipped);
+  counter(o, "facecast_pacer_ticks_busy_total",
+          "Session ticks without a frame: the session's frame was still being made.", busy);
+  counter(o, "facecast_pictures_late_total",
+          "Pictures that left their session's video encoder more than a frame period after the "
+          "pacer pushed them.",
+          enc_late);
+  family(o, "facecast_frame_lateness_ms", "histogram", "Push time minus the frame's deadline.");
   uint64_t cum = 0;
   for (int b = 0; b <= FC_LATE_BUCKETS; b++) {
-    cum += srv->late_hist[b];
+    cum += hist[b];
     if (b < FC_LATE_BUCKETS)
       g_string_append_printf(o, "facecast_frame_lateness_ms_bucket{le=\"%g\"} %llu\n",
                              fc_late_bounds_ms[b], (unsigned long long)cum);
@@ -108,33 +118,59 @@ void fc_metrics_render(fc_server *srv, GString *o) {
                              (unsigned long long)cum);
   }
   g_string_append_printf(
-      o, "facecast_frame_lateness_ms_sum %.3f\nfacecast_frame_lateness_ms_count %llu\n",
-      srv->late_sum_ms, (unsigned long long)cum);
-  g_string_append(o, "# HELP facecast_session_ready_frames Frames produced ahead, per session.\n"
-                     "# TYPE facecast_session_ready_frames gauge\n");
-  g_string_append_len(o, per->str, (gssize)per->len);
-  g_string_free(per, TRUE);
-  fc_sched_stats st;
-  for (int k = 0; srv->sched && k < srv->n_devs; k++) {
-    if (fc_sched_stats_get(srv->sched, k, &st) != 0) continue;
-    if (k == 0)
-      g_string_append(o, "# HELP facecast_sched_batches_total Lip-sync batches the device scheduler ran.\n"
-                         "# TYPE facecast_sched_batches_total counter\n");
-    g_string_append_printf(
-        o,
-        "facecast_sched_batches_total{device=\"%d\"} %llu\n"
-        "facecast_sched_frames_total{device=\"%d\"} %llu\n"
-        "facecast_sched_late_total{device=\"%d\"} %llu\n"
-        "facecast_sched_oom_retries_total{device=\"%d\"} %llu\n"
-        "facecast_sched_rejected_total{device=\"%d\"} %llu\n"
-        "facecast_sched_mean_batch{device=\"%d\"} %.2f\n"
-        "facecast_sched_batch_ms_p95{device=\"%d\"} %.3f\n"
-        "facecast_sched_batch_limit{device=\"%d\"} %d\n"
-        "facecast_sched_queued{device=\"%d\"} %d\n"
-        "facecast_sched_live_clients{device=\"%d\"} %d\n",
-        k, (unsigned long long)st.batches, k, (unsigned long long)st.frames, k,
-        (unsigned long long)st.late, k, (unsigned long long)st.oom_retries, k,
-        (unsigned long long)st.rejected, k, st.mean_batch, k, st.p95_ms, k, st.limit, k, st.queued,
-        k, st.live_clients);
-  }
+      o, "facecast_frame_lateness_ms_sum %.3f\nfacecast_frame_lateness_ms_count %llu\n", late_sum,
+      (unsigned long long)cum);
+
+  SESSION_FAMILY("facecast_session_ready_frames", "gauge", "Frames produced ahead, per session.",
+                 "%d", ready);
+  SESSION_FAMILY("facecast_session_frames_total", "counter", "Frames sent, per session.", "%llu",
+                 frames);
+  SESSION_FAMILY("facecast_session_infer_fps", "gauge", "Lip-sync frames a second, per session.",
+                 "%.2f", infer_fps);
+  SESSION_FAMILY("facecast_session_final_fps", "gauge", "Frames sent a second, per session.",
+                 "%.2f", final_fps);
+  SESSION_FAMILY("facecast_session_encoder_delay_ms", "gauge",
+                 "Mean delay from push to leaving the video encoder, per session.", "%.2f",
+                 encoder_delay_ms);
+  SESSION_FAMILY("facecast_session_pictures_late_total", "counter",
+                 "Pictures out of the video encoder more than a frame late, per session.", "%llu",
+                 pictures_late);
+  SESSION_FAMILY("facecast_session_keyframes_total", "counter",
+                 "Key frames the video encoder made, per session.", "%llu", keyframes);
+  g_free(rows);
+
+  if (!srv->sched) return;
+  int nd = srv->n_devs;
+  fc_sched_stats *st = g_new0(fc_sched_stats, nd > 0 ? nd : 1);
+  int *ok = g_new0(int, nd > 0 ? nd : 1);
+  for (int k = 0; k < nd; k++) ok[k] = fc_sched_stats_get(srv->sched, k, &st[k]) == 0;
+#define DEVICE_FAMILY(name, type, help, fmt, expr)                                         \
+  do {                                                                                     \
+    family(o, name, type, help);                                                           \
+    for (int k = 0; k < nd; k++)                                                           \
+      if (ok[k]) g_string_append_printf(o, name "{device=\"%d\"} " fmt "\n", k, (expr));   \
+  } while (0)
+  DEVICE_FAMILY("facecast_sched_batches_total", "counter", "Lip-sync batches the device ran.",
+                "%llu", (unsigned long long)st[k].batches);
+  DEVICE_FAMILY("facecast_sched_frames_total", "counter", "Frames in those batches.", "%llu",
+                (unsigned long long)st[k].frames);
+  DEVICE_FAMILY("facecast_sched_late_total", "counter", "Requests completed after their deadline.",
+                "%llu", (unsigned long long)st[k].late);
+  DEVICE_FAMILY("facecast_sched_oom_retries_total", "counter",
+                "Batches halved and retried after running out of device memory.", "%llu",
+                (unsigned long long)st[k].oom_retries);
+  DEVICE_FAMILY("facecast_sched_rejected_total", "counter", "Requests the scheduler refused.",
+                "%llu", (unsigned long long)st[k].rejected);
+  DEVICE_FAMILY("facecast_sched_mean_batch", "gauge", "Mean frames per batch.", "%.2f",
+                st[k].mean_batch);
+  DEVICE_FAMILY("facecast_sched_batch_ms_p95", "gauge", "p95 batch time of recent batches, ms.",
+                "%.3f", st[k].p95_ms);
+  DEVICE_FAMILY("facecast_sched_batch_limit", "gauge", "The current batch size limit.", "%d",
+                st[k].limit);
+  DEVICE_FAMILY("facecast_sched_queued", "gauge", "Requests waiting.", "%d", st[k].queued);
+  DEVICE_FAMILY("facecast_sched_live_clients", "gauge", "Live sessions placed on the device.",
+                "%d", st[k].live_clients);
+#undef DEVICE_FAMILY
+  g_free(ok);
+  g_free(st);
 }

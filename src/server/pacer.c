@@ -76,6 +76,15 @@ static int peek(fc_session *s, fc_frame_info *fi, const uint8_t **img, const int
   return have;
 }
 
+/* A tick this session sends nothing: its frame is being made (counted late, a whole tick). */
+static void tick_busy(fc_server *srv) {
+  g_mutex_lock(&srv->stat_lock);
+  srv->frames_late++;
+  srv->ticks_busy++;
+  fc_metrics_late(srv, TICK_NS / 1e6);
+  g_mutex_unlock(&srv->stat_lock);
+}
+
 static void pace_one(fc_server *srv, fc_session *s, int64_t deadline) {
   const uint8_t *img;
   const int16_t *pcm;
@@ -94,24 +103,24 @@ static void pace_one(fc_server *srv, fc_session *s, int64_t deadline) {
     int gpu_pending = srv->gpu && g_atomic_int_get(&s->pending);
     if (gpu_pending) fc_session_want_fill(s);
     if (gpu_pending || !g_mutex_trylock(&s->lock)) {
-      s->late_frames++;
-      g_mutex_lock(&srv->stat_lock);
-      srv->frames_late++;
-      srv->ticks_busy++;
-      fc_metrics_late(srv, TICK_NS / 1e6);
-      g_mutex_unlock(&srv->stat_lock);
+      tick_busy(srv);
       return;
     }
     if (s->closed) {
       g_mutex_unlock(&s->lock);
       return;
     }
-    if (fc_stream_pending_frames(s->stream) > 0) {
-      /* Speech is waiting but the workers have not produced it yet: make this one frame here
-       * (the workers catch up with the rest). */
+    if (fc_stream_producible(s->stream)) {
+      if (srv->gpu) { /* speech arrived since the check above: as above, the workers make it */
+        g_mutex_unlock(&s->lock);
+        fc_session_want_fill(s);
+        tick_busy(srv);
+        return;
+      }
+      /* On the CPU, speech the workers have not produced yet: make this one frame here (the
+       * workers catch up with the rest). */
       fc_session_fill_locked(s, 1);
-      late = 1;
-      from_queue = peek(s, &fi, &img, &pcm, &held);
+      from_queue = late = peek(s, &fi, &img, &pcm, &held);
     }
     if (!from_queue) err = fc_stream_idle_frame(s->stream, &fi, &img, &pcm);
     g_mutex_unlock(&s->lock);
@@ -156,7 +165,6 @@ static void pace_one(fc_server *srv, fc_session *s, int64_t deadline) {
   int64_t now = now_ns();
   double ms = (now - deadline) / 1e6;
   s->out_frames++;
-  if (late) s->late_frames++;
   g_mutex_lock(&srv->stat_lock);
   fc_metrics_late(srv, ms < 0 ? 0 : ms);
   srv->frames_out++;
@@ -223,7 +231,6 @@ static gpointer pacer_main(gpointer data) {
 int fc_pacer_start(fc_server *srv) {
   int n = (int)g_get_num_processors() / 4;
   n = n < 1 ? 1 : n > 8 ? 8 : n;
-  g_mutex_init(&srv->stat_lock);
   srv->pacers = g_new0(fc_pacer, n);
   for (int k = 0; k < n; k++) {
     fc_pacer *pc = &srv->pacers[k];
@@ -252,5 +259,4 @@ void fc_pacer_stop(fc_server *srv) {
   g_free(srv->pacers);
   srv->pacers = NULL;
   srv->n_pacers = 0;
-  g_mutex_clear(&srv->stat_lock);
 }

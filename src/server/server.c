@@ -119,6 +119,7 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
   if (srv->p.width <= 0) srv->p.width = 512, srv->p.height = 512;
   g_mutex_init(&srv->lock);
   g_mutex_init(&srv->avatar_lock);
+  g_mutex_init(&srv->stat_lock);
   srv->avatar_cache = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, free_avatar_ref);
   srv->ctx = g_main_context_ref(g_main_context_default());
   srv->loop = g_main_loop_new(srv->ctx, FALSE);
@@ -303,6 +304,7 @@ void fc_server_destroy(fc_server *srv) {
   }
   if (srv->avatar_cache) g_hash_table_destroy(srv->avatar_cache); /* sessions are gone */
   g_mutex_clear(&srv->avatar_lock);
+  g_mutex_clear(&srv->stat_lock);
   fc_avatar_destroy(srv->avatar);
   g_free(srv->web_dir);
   g_free(srv->record_dir);

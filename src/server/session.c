@@ -218,6 +218,24 @@ void fc_session_want_fill_locked(fc_session *s) {
   if (!s->closed) fc_session_want_fill(s);
 }
 
+/* Drops the speech of the stream and of the ready queue (s->lock held); returns the utterance
+ * whose end the caller posts (0: none was on the way out). Keeps only the slot the pacer is
+ * pushing right now, and takes its utterance marks: one that would start now never will. */
+static uint32_t interrupt_locked(fc_session *s) {
+  fc_stream_interrupt(s->stream);
+  note_pending_locked(s);
+  g_mutex_lock(&s->q_lock);
+  uint32_t cut = s->pushed_utt;
+  s->pushed_utt = 0;
+  s->r_count = s->r_peeked ? 1 : 0;
+  if (s->r_peeked) {
+    s->ready[s->r_head].info.utt_started = 0;
+    s->ready[s->r_head].info.utt_ended = 0;
+  }
+  g_mutex_unlock(&s->q_lock);
+  return cut;
+}
+
 /* Production holds the stream lock (s->lock) throughout, waiting for the lip-sync batch
  * included; the ready queue is touched under q_lock only to find the free slot and to publish
  * the frame. The copy in between needs no lock: only this producer writes that slot (the
@@ -242,11 +260,7 @@ void fc_session_fill_locked(fc_session *s, int max) {
          * pending) instead of going back to its idle frames. */
         g_warning("session %s: frame production failed, speech dropped: %s", s->id,
                   fc_error_detail(err));
-        fc_stream_interrupt(s->stream);
-        g_mutex_lock(&s->q_lock);
-        uint32_t cut = s->pushed_utt;
-        s->pushed_utt = 0;
-        g_mutex_unlock(&s->q_lock);
+        uint32_t cut = interrupt_locked(s);
         if (cut) fc_session_post_event(s, "end", cut);
       }
       break;
@@ -286,19 +300,7 @@ int fc_session_is_speaking(fc_session *s) {
 
 void fc_session_interrupt(fc_session *s) {
   g_mutex_lock(&s->lock);
-  fc_stream_interrupt(s->stream);
-  note_pending_locked(s);
-  g_mutex_lock(&s->q_lock);
-  uint32_t cut = s->pushed_utt;
-  s->pushed_utt = 0;
-  /* Keep only the slot the pacer is pushing right now, and take its utterance marks: the cut
-   * utterance's end is posted here, and one that would start now never will. */
-  s->r_count = s->r_peeked ? 1 : 0;
-  if (s->r_peeked) {
-    s->ready[s->r_head].info.utt_started = 0;
-    s->ready[s->r_head].info.utt_ended = 0;
-  }
-  g_mutex_unlock(&s->q_lock);
+  uint32_t cut = interrupt_locked(s);
   g_mutex_unlock(&s->lock);
   if (cut) fc_session_post_event(s, "end", cut);
 }
@@ -386,9 +388,9 @@ void fc_session_close(fc_session *s, const char *why) {
   g_mutex_unlock(&srv->lock);
   if (!owned) return; /* closed already */
   fc_session_ref(s);  /* keep it alive through this function */
-  g_mutex_lock(&s->lock);
-  g_atomic_int_set(&s->closed, 1); /* also read without the lock by the pacers */
-  g_mutex_unlock(&s->lock);
+  /* Atomic, read without locks by pacers and producers; not under the stream lock, which a
+   * worker may hold for a whole lip-sync batch while this runs on the main loop. */
+  g_atomic_int_set(&s->closed, 1);
   if (s->connect_timer) g_source_remove(s->connect_timer);
   s->connect_timer = 0;
   if (s->offer_msg) {

@@ -293,7 +293,8 @@ def avatar_tasks(c):
 
 def renders(c):
     """Bulk renders through the server's scheduler (one live session is open meanwhile)."""
-    st, js, _, _ = c.post("/api/render", {"text": "Hello there. This file was rendered in bulk, beside a live session."})
+    # seven times a sentence of ~96 frames: more than one piece of speech synthesis (400 bytes)
+    st, js, _, _ = c.post("/api/render", {"text": "Hello there. This file was rendered in bulk, beside a live session. " * 7})
     check(st == 200 and js["code"] == 0 and js["data"]["status"] == "pending", f"POST /api/render: {st} {js}")
     rid = js["data"]["task_id"] if st == 200 else "x"
     t0, info = time.time(), {}
@@ -303,8 +304,8 @@ def renders(c):
         if info.get("status") in ("completed", "failed", "canceled"):
             break
         time.sleep(0.3)
-    check(info.get("status") == "completed" and info.get("progress") == 100 and info.get("frames", 0) > 50,
-          f"render completed: {info}")
+    check(info.get("status") == "completed" and info.get("progress") == 100 and info.get("frames", 0) > 600,
+          f"render completed, every piece of the text spoken: {info}")
     st, _, body, r = c.req("GET", info.get("url", "/api/render/x/file"))
     check(st == 200 and r.getheader("Content-Type") == "video/mp4" and body[4:8] == b"ftyp", f"render file: {st}, {len(body)} bytes")
     if st == 200 and shutil.which("ffprobe"):
@@ -321,6 +322,7 @@ def renders(c):
     for body, code, what in ((b"{nope", 400, "malformed JSON"), ({}, 400, "no text"), ({"text": 5}, 400, "text not a string"),
                              ({"text": "hi", "avatar": "nosuch"}, 404, "unknown avatar"),
                              ({"text": "hi", "avatar": "../x"}, 400, "bad avatar id"),
+                             ({"text": " \n\t "}, 400, "blank text"),
                              ({"text": "x" * 20001}, 413, "text too long")):
         st, js, _, _ = c.post("/api/render", body)
         check(is_error(st, js, code), f"render with {what}: {code} ({st})")
@@ -331,6 +333,14 @@ def renders(c):
     check(st == 200 and js["data"]["task_id"] == "long-one", "render with a task_id")
     st, js, _, _ = c.post("/api/render", {"text": "again", "task_id": "long-one"})
     check(is_error(st, js, 409), "render: duplicate task_id 409")
+    # the server's own avatar by its name; a client's id in the automatic ids' form is skipped
+    st, js, _, _ = c.post("/api/render", {"text": "Hi.", "avatar": "default", "task_id": "render-2"})
+    check(st == 200 and js["data"]["task_id"] == "render-2", f"render with avatar 'default': {st} {js}")
+    st, js, _, _ = c.post("/api/render", {"text": "Hi."})
+    auto = js["data"]["task_id"] if st == 200 else ""
+    check(st == 200 and auto.startswith("render-") and auto != "render-2", f"automatic render id skips taken ones: {st} {js}")
+    for tid in ("render-2", auto):
+        c.req("DELETE", f"/api/render/{tid}")
     c.req("DELETE", "/api/render/long-one")
     t0 = time.time()
     while time.time() - t0 < 30:
@@ -349,6 +359,10 @@ def renders(c):
 
 def test_bench_serve():
     """bench serve end to end on the CPU: two talking sessions, the report files and their fields."""
+    for args in (["--seconds", "10abc"], ["--talking", "2"], ["--bogus"], ["--sessions", ",".join(["1"] * 65)]):
+        r = subprocess.run([BIN, "bench", "serve"] + args, capture_output=True, text=True, timeout=30)
+        check(r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith("facecast: error:"),
+              f"bench serve {args[0]} bad: one line, exit 2 ({r.returncode}: {r.stderr[:80]!r})")
     with tempfile.TemporaryDirectory() as d:
         prefix = os.path.join(d, "b")
         r = subprocess.run([BIN, "bench", "serve", "--sessions", "2", "--seconds", "2", "--preset", "ultrafast",
@@ -372,6 +386,34 @@ def test_bench_serve():
         check(js.get("cpu", "").endswith(f" x {os.cpu_count()}") and md.startswith(js.get("cpu", "?") + ";"),
               f"bench serve: the report names the CPU: {js.get('cpu')}")
         check(svg.startswith("<svg") and "polyline" in svg, "bench serve: SVG plot")
+
+
+def metrics_format_errors(text):
+    """Prometheus text format: a family's samples follow its TYPE line, all together."""
+    errors, typed, done, current = [], {}, set(), None
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            name, kind = line.split()[2:4]
+            if name in typed:
+                errors.append("TYPE twice: " + name)
+            typed[name] = kind
+            if current:
+                done.add(current)
+            current = name
+            continue
+        if not line or line.startswith("#"):
+            continue
+        name = re.match(r"[a-zA-Z_:][a-zA-Z0-9_:]*", line).group(0)
+        fam = name
+        for suffix in ("_bucket", "_sum", "_count"):
+            base = name[: -len(suffix)]
+            if name.endswith(suffix) and typed.get(base) == "histogram":
+                fam = base
+        if fam not in typed:
+            errors.append("no TYPE: " + name)
+        elif fam != current or fam in done:
+            errors.append("apart from its family: " + name)
+    return errors
 
 
 def main():
@@ -573,6 +615,8 @@ def main():
               "metrics: the sessions' encoders (delay, late pictures, key frames)")
         m = re.search(r'facecast_sched_frames_total\{device="0"\} (\d+)', text)
         check(m is not None and int(m.group(1)) > 0, "metrics: the device scheduler ran the sessions' frames")
+        bad = metrics_format_errors(text)
+        check(not bad, "metrics: each family together, after its TYPE line (%s)" % bad[:3])
         st, js, _, _ = c.req("PUT", "/human", {"x": 1})
         check(st in (404, 405) and js["code"] == -1, "wrong method: 4xx JSON")
         avatar_tasks(c)

@@ -1,0 +1,68 @@
+/* Background tasks over HTTP: a table of jobs by id, run one at a time on their own thread at
+ * nice 10, with the states, answers and eviction that the avatar studio (avatars.c) and bulk
+ * renders (renders.c) share.
+ *
+ * A kind embeds fc_task as the first member of its job struct and says how to run, describe
+ * and free one. The table owns a job from fc_tasks_submit on (also when that refuses it).
+ * Status moves pending → running → completed | failed | canceled; the job thread sets running
+ * and the final state, the main loop cancels. Everything in fc_task except `cancel` and
+ * `progress` (single int stores, read for display) is read and written under the table's
+ * lock; a kind's own fields are written by its run callback before the final state is set
+ * under the lock, so readers that look only at finished jobs' results need no more. */
+#ifndef FC_SERVER_TASKS_H
+#define FC_SERVER_TASKS_H
+
+#include <glib.h>
+#include <libsoup/soup.h>
+
+typedef struct fc_server fc_server;
+
+enum { FC_TASK_PENDING, FC_TASK_RUNNING, FC_TASK_COMPLETED, FC_TASK_FAILED, FC_TASK_CANCELED };
+
+typedef struct fc_task {
+  char id[64];
+  int status;
+  int progress;       /* 0..100 */
+  int queued;         /* in the pool's queue: the pool holds the pointer, so it stays listed */
+  volatile int cancel; /* set to stop a running job at its next check */
+  char error[512];    /* failed or canceled: why */
+  gint64 created;
+} fc_task;
+
+typedef struct fc_task_kind {
+  const char *noun; /* in messages: "render", "avatar task" */
+  int max;          /* jobs kept; the oldest finished ones are forgotten first */
+  /* Runs the job on the task thread; 0 or an error code with its detail set. */
+  int (*run)(fc_server *srv, fc_task *t);
+  /* The job as a JSON object (lock held). */
+  void (*json)(const fc_task *t, GString *out);
+  /* Optional: the job leaves the table by request or eviction (lock held), e.g. its file. */
+  void (*forget)(fc_task *t);
+  void (*destroy)(fc_task *t);
+} fc_task_kind;
+
+typedef struct fc_tasks fc_tasks;
+
+fc_tasks *fc_tasks_new(fc_server *srv, const fc_task_kind *kind);
+/* Cancels every job, waits for the running one, frees them all. NULL is fine. */
+void fc_tasks_free(fc_tasks *ts);
+
+/* Queues t under id (NULL: "<prefix>-N", the first N free) and answers msg: 200
+ * {task_id, status: "pending"}, 409 when the id is taken, 503 when the table is full of
+ * unfinished jobs. Takes t either way. */
+void fc_tasks_submit(fc_tasks *ts, SoupServerMessage *msg, fc_task *t, const char *id,
+                     const char *prefix);
+/* GET: the job's JSON; DELETE: cancel it (pending or running) or forget it (finished). */
+void fc_tasks_answer(fc_tasks *ts, SoupServerMessage *msg, const char *id);
+/* GET: every job's JSON, oldest first. */
+void fc_tasks_list(fc_tasks *ts, SoupServerMessage *msg);
+/* The lock and a lookup under it, for a kind's own answers (e.g. a finished render's file). */
+void fc_tasks_lock(fc_tasks *ts);
+void fc_tasks_unlock(fc_tasks *ts);
+fc_task *fc_tasks_find_locked(fc_tasks *ts, const char *id);
+
+const char *fc_task_status_name(int status);
+/* Appends "task_id", "status", "progress" and, when failed or canceled, "error" (no braces). */
+void fc_task_json_fields(const fc_task *t, GString *out);
+
+#endif
