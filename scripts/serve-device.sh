@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # `facecast bench serve` with Wav2Lip on the accelerator machine (see shared/REFERENCE.md
 # "Machines": no GStreamer, espeak-ng or OpenCV data there, so they travel in a bundle).
+# The packing uses the workspace's shared/bench/bundle-for-accelerator.sh (beside this checkout,
+# not in it). The bundle records this checkout's path (SRCDIR): the test programs have data
+# paths compiled in, so the device recreates that path as a link to its copy.
 #   here:  scripts/serve-device.sh pack   builds build-cuda/ (CUDA on) and packs facecast, the
 #          GPU test programs (test_wav2lip, test_w2l_composite), their non-system libraries,
 #          the GStreamer plugins of the benchmark's pipelines, the Haar cascade, espeak-ng's
@@ -19,9 +22,10 @@ set -u
 X=${X:-/tmp/fcserve}
 BUNDLE=$(cd "$(dirname "$0")" && pwd)/b.tar.xz
 unpack() { # the bundle under $X; the test programs' compiled-in data paths made to resolve
-  [ -x $X/facecast ] && return 0
+  SUM=$(sha256sum <"$BUNDLE" | cut -c1-64)
+  [ -x $X/facecast ] && [ "$(cat $X/BUNDLE_SUM 2>/dev/null)" = "$SUM" ] && return 0 # a warm machine
   ROOT=$PWD
-  rm -rf $X && mkdir -p $X && tar xJf "$BUNDLE" -C $X || return 1
+  rm -rf $X && mkdir -p $X && tar xJf "$BUNDLE" -C $X && echo "$SUM" >$X/BUNDLE_SUM || return 1
   SRC=$(cat $X/SRCDIR)
   [ -e "$SRC" ] || { mkdir -p "$(dirname "$SRC")" && ln -s "$ROOT" "$SRC"; }
   [ -e "$SRC/build-cuda" ] || ln -s $X "$SRC/build-cuda" # FC_BINARY of the tests
@@ -67,14 +71,14 @@ run)
     CK=/tmp/full/ckpt_zip.pth
     [ -s $CK ] || timeout 100 python3 tools/gen_wav2lip_golden.py --width 1 --batch 1 --out /tmp/full >"$OUT/gen.log" 2>&1
   else
-    CK=/tmp/bench.pth
+    CK=/tmp/bench-$(sha256sum <tools/make_bench_wav2lip.py | cut -c1-12).pth # remade when the tool changes
     [ -s $CK ] || timeout 100 python3 tools/make_bench_wav2lip.py $CK 2>&1 | tail -2
   fi
   F=$X/facecast AV=$X/share/astronaut.png S=${SIZE:-512x512}
   P=${4:-superfast} TAG=${TAG:-${S}_${4:-superfast}}
   timeout 300 $F bench serve --model wav2lip --checkpoint $CK --device ${DEV:-cuda} --avatar $AV --preset $P \
     --size $S --sessions "${2:-16,32,64,96,128}" --seconds 6 --out "$OUT/serve_cross_$TAG" ${EXTRA:-} 2>&1 | tail -9
-  [ -n "${3:-}" ] && timeout 200 $F bench serve --model wav2lip --checkpoint $CK --device cuda --avatar $AV \
+  [ -n "${3:-}" ] && timeout 200 $F bench serve --model wav2lip --checkpoint $CK --device ${DEV:-cuda} --avatar $AV \
     --preset $P --size $S --sessions "$3" --seconds 6 --solo --out "$OUT/serve_solo_$TAG" ${EXTRA:-} 2>&1 | tail -7
   date -u ;;
 *) echo "usage: $0 pack|test|run" >&2; exit 2 ;;
