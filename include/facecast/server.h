@@ -30,6 +30,19 @@ typedef struct fc_server_params {
   int quiet;               /* no per-session fps log lines */
   const char *x264_preset; /* live video encoder preset; NULL = superfast (see live.h) */
   int opus_complexity;     /* live audio encoder, 1..10; 0 = FC_LIVE_OPUS_COMPLEXITY */
+  const char *tls_cert;    /* PEM certificate and key: serve HTTPS/WSS (both or neither) */
+  const char *tls_key;
+  int max_conns_per_client; /* open connections per client address; 0 = 256, -1 = no cap */
+  int header_timeout_s;    /* a request's headers (or TLS handshake) must arrive within; 0 = 15 */
+  int body_timeout_s;      /* a request body may pause this long between bytes; 0 = 30 */
+  int idle_timeout_s;      /* a connection without a request is closed after; 0 = 60 */
+  const char *api_keys;    /* keys file (facecast keys add): control routes want
+                            * "Authorization: Bearer KEY", sessions belong to their key;
+                            * NULL = an open server (said at start-up) */
+  const char *media_dirs;  /* ':'-separated folders whose files avatar tasks may name by path
+                            * (video_path/image_path); NULL = uploads only */
+  int metrics_session_ids; /* label /metrics' per-session series with the session id (a
+                            * credential) instead of its serial number */
   int solo_batches;        /* benchmarks: no cross-session batching — each session runs its own
                             * batches of 16 frames, one backend call at a time (LiveTalking's
                             * design), instead of the device scheduler */

@@ -1,5 +1,6 @@
 /* Avatar packs: the streaming writer (the format is described atop pack.c). */
 #include "avatar/pack_internal.h"
+#include "core/stale.h"
 
 /* ---- writer ---- */
 
@@ -160,6 +161,7 @@ fc_pack_writer *fc_pack_writer_create(const char *path, const fc_pack_info *info
     goto fail;
   }
   w->tmp = tmp; /* from here on, destroy() removes it unless finish() renamed it */
+  fc_stale_hold(w->fd); /* if we are killed, the next run's sweep knows it is a leftover */
   /* mkstemp's 0600 would keep other users' server processes out of a shared avatar. */
   if (fchmod(w->fd, 0644) != 0) {
     err = fc_error_set(FC_EIO, "pack %s: chmod of the temporary file failed: %s", path,

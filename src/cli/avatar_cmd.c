@@ -10,6 +10,7 @@
  *       size, frames, crop sizes, clips, the creation report, and per frame the box and the 68
  *       landmarks (all frames with --json, else only --frame N). */
 #include "cli/cli.h"
+#include "core/stale.h"
 #include "facecast/error.h"
 #include "facecast/pack.h"
 #include "facecast/studio.h"
@@ -103,6 +104,8 @@ static int create(int argc, char **argv) {
   }
   p.progress = bar, p.user = &tty;
   fc_studio_result res;
+  /* packs a killed run was writing (core/stale.h) */
+  fc_stale_sweep(p.out_dir ? p.out_dir : fc_avatar_dir(), NULL, ".fcpack.tmp.");
   int err = fc_studio_create(&p, &res);
   if (tty && err) fputc('\n', stderr);
   if (err == FC_ENOFACE && fc_quality_failed(&res.quality)) {

@@ -17,6 +17,7 @@ static void usage(FILE *f) {
         "  bench    measure speed (bench render|serve|model|pack)\n"
         "  wav2lip  run the Wav2Lip network on .npy tensors (wav2lip infer)\n"
         "  avatar   prepare avatars from a video or photo (avatar create|list|show)\n"
+        "  keys     API keys for serve --api-keys (keys add|remove|list)\n"
         "\n"
         "Run 'facecast <command> --help' for the options of a command.\n",
         f);
@@ -111,6 +112,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "bench") == 0) return fc_cmd_bench(argc - 1, argv + 1);
   if (strcmp(cmd, "wav2lip") == 0) return fc_cmd_wav2lip(argc - 1, argv + 1);
   if (strcmp(cmd, "avatar") == 0) return fc_cmd_avatar(argc - 1, argv + 1);
+  if (strcmp(cmd, "keys") == 0) return fc_cmd_keys(argc - 1, argv + 1);
   if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
     usage(stdout);
     return FC_EXIT_OK;

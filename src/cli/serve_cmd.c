@@ -8,16 +8,42 @@
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 
 static void serve_usage(FILE *f) {
   fputs("usage: facecast serve [--port 8010] [--host ADDR] [--avatar IMG] [--size N|WxH]\n"
         "                      [--max-sessions N] [--stun URL] [--turn URL] [--model NAME]\n"
         "                      [--checkpoint FILE] [--device D[,D...]] [--web DIR] [--record-dir DIR]\n"
         "                      [--preset X264_PRESET] [--opus-complexity 1..10]\n"
+        "                      [--tls-cert FILE --tls-key FILE] [--max-conns-per-client N]\n"
+        "                      [--header-timeout S] [--body-timeout S] [--idle-timeout S]\n"
+        "                      [--api-keys FILE] [--media-dir DIR[:DIR...]] [--metrics-session-ids]\n"
         "                      [--quiet]\n"
         "\n"
         "Open http://HOST:PORT/ in a browser, press Connect and type a sentence.\n",
         f);
+}
+
+static int int_opt(const char *name, const char *s, long lo, long hi, int *out) {
+  char *end;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end || v < lo || v > hi)
+    return fc_error_set(FC_EINVAL, "%s '%s': expected %ld..%ld", name, s, lo, hi);
+  *out = (int)v;
+  return FC_OK;
+}
+
+/* Every connection, WebRTC session and recording takes descriptors; the soft limit (often
+ * 1,024) is raised to the hard one so that the server is bounded by its own caps first. */
+static void raise_fd_limit(void) {
+  struct rlimit r;
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    rlim_t was = r.rlim_cur;
+    r.rlim_cur = r.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &r) == 0)
+      fprintf(stderr, "facecast: file descriptors: limit raised from %llu to %llu\n",
+              (unsigned long long)was, (unsigned long long)r.rlim_cur);
+  }
 }
 
 int fc_cmd_serve(int argc, char **argv) {
@@ -36,6 +62,15 @@ int fc_cmd_serve(int argc, char **argv) {
                                        {"quiet", no_argument, 0, 'q'},
                                        {"preset", required_argument, 0, 'P'},
                                        {"opus-complexity", required_argument, 0, 'O'},
+                                       {"tls-cert", required_argument, 0, 1001},
+                                       {"tls-key", required_argument, 0, 1002},
+                                       {"max-conns-per-client", required_argument, 0, 1003},
+                                       {"header-timeout", required_argument, 0, 1004},
+                                       {"body-timeout", required_argument, 0, 1005},
+                                       {"idle-timeout", required_argument, 0, 1006},
+                                       {"api-keys", required_argument, 0, 1007},
+                                       {"media-dir", required_argument, 0, 1008},
+                                       {"metrics-session-ids", no_argument, 0, 1009},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   fc_server_params p = fc_server_params_default();
@@ -79,6 +114,25 @@ int fc_cmd_serve(int argc, char **argv) {
     case 'O':
       if ((err = fc_cli_parse_opus_complexity(optarg, &p.opus_complexity))) return fc_cli_fail(err);
       break;
+    case 1001: p.tls_cert = optarg; break;
+    case 1002: p.tls_key = optarg; break;
+    case 1003:
+      if ((err = int_opt("--max-conns-per-client", optarg, -1, 1000000, &p.max_conns_per_client)))
+        return fc_cli_fail(err);
+      if (p.max_conns_per_client == 0) p.max_conns_per_client = -1; /* 0: no cap */
+      break;
+    case 1004:
+      if ((err = int_opt("--header-timeout", optarg, 1, 3600, &p.header_timeout_s))) return fc_cli_fail(err);
+      break;
+    case 1005:
+      if ((err = int_opt("--body-timeout", optarg, 1, 3600, &p.body_timeout_s))) return fc_cli_fail(err);
+      break;
+    case 1006:
+      if ((err = int_opt("--idle-timeout", optarg, 1, 86400, &p.idle_timeout_s))) return fc_cli_fail(err);
+      break;
+    case 1007: p.api_keys = optarg; break;
+    case 1008: p.media_dirs = optarg; break;
+    case 1009: p.metrics_session_ids = 1; break;
     case 'h': serve_usage(stdout); return FC_EXIT_OK;
     default:
       fprintf(stderr, "facecast: error: serve: unknown or incomplete option '%s'\n",
@@ -90,10 +144,12 @@ int fc_cmd_serve(int argc, char **argv) {
    * arenas of their own (up to 8 per core), which then hold freed memory: resident memory
    * would creep up with every session opened and closed. A few arenas per core are plenty. */
   mallopt(M_ARENA_MAX, 2 * (int)sysconf(_SC_NPROCESSORS_ONLN));
+  raise_fd_limit();
   fc_server *srv = fc_server_create(&p, &err);
   if (!srv) return fc_cli_fail(err);
-  fprintf(stderr, "facecast: serving on http://%s:%d/ (%d sessions max)\n",
-          p.host ? p.host : "0.0.0.0", fc_server_port(srv), p.max_sessions);
+  fprintf(stderr, "facecast: serving on %s://%s:%d/ (%d sessions max)\n",
+          p.tls_cert ? "https" : "http", p.host ? p.host : "0.0.0.0", fc_server_port(srv),
+          p.max_sessions);
   fflush(stderr);
   fc_server_run(srv, 1);
   fprintf(stderr, "facecast: stopping\n");

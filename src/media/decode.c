@@ -145,10 +145,23 @@ static void on_pad(GstElement *dbin, GstPad *pad, gpointer user) {
   (void)dbin;
 }
 
+/* A decoding error is the input's fault (exit 2, HTTP 4xx) unless GStreamer says otherwise:
+ * an unrecognised, corrupt or unsupported stream, or a file that cannot be read. */
+static int input_error_code(const GError *e) {
+  if (!e) return FC_EMEDIA;
+  if (e->domain == GST_STREAM_ERROR)
+    return e->code == GST_STREAM_ERROR_CODEC_NOT_FOUND || e->code == GST_STREAM_ERROR_NOT_IMPLEMENTED
+               ? FC_EUNSUPPORTED
+               : FC_EFORMAT;
+  if (e->domain == GST_RESOURCE_ERROR)
+    return e->code == GST_RESOURCE_ERROR_NOT_FOUND ? FC_ENOTFOUND : FC_EIO;
+  return FC_EMEDIA;
+}
+
 static GstBusSyncReply on_bus(GstBus *bus, GstMessage *msg, gpointer user) {
   fc_decoder *d = user;
   if (GST_MESSAGE_TYPE(msg) == GST_MESSAGE_ERROR)
-    fc_gst_record_bus_error(&d->lock, &d->fe, msg, d->path, NULL);
+    fc_gst_record_bus_error(&d->lock, &d->fe, msg, d->path, input_error_code);
   (void)bus;
   return GST_BUS_PASS;
 }
@@ -195,7 +208,7 @@ fc_decoder *fc_decoder_open(const char *path, int max_w, int max_h, int *w, int 
   gst_element_set_state(d->pipe, GST_STATE_PAUSED);
   GstStateChangeReturn sr = gst_element_get_state(d->pipe, NULL, NULL, 20 * GST_SECOND);
   if (sr == GST_STATE_CHANGE_FAILURE || d->fe.code) {
-    err = failure(d, fc_error_set(FC_EMEDIA, "%s: not a media file GStreamer can decode", path));
+    err = failure(d, fc_error_set(FC_EFORMAT, "%s: not a media file GStreamer can decode", path));
     goto fail;
   }
   if (sr == GST_STATE_CHANGE_ASYNC) {
@@ -203,7 +216,7 @@ fc_decoder *fc_decoder_open(const char *path, int max_w, int max_h, int *w, int 
     goto fail;
   }
   if (!d->vsink) {
-    err = fc_error_set(FC_EMEDIA, "%s: no video stream", path);
+    err = fc_error_set(FC_EFORMAT, "%s: no video stream", path);
     goto fail;
   }
   if (gst_element_set_state(d->pipe, GST_STATE_PLAYING) == GST_STATE_CHANGE_FAILURE) {

@@ -12,16 +12,26 @@
  *
  * Jobs run one at a time on the task table's thread at nice 10 (tasks.h: states, answers,
  * eviction), so creating an avatar never takes a core from the live sessions' frame
- * production; the face models are loaded on that thread the first time and kept. An upload is written to a
- * temporary file (removed when the job ends) because the decoder reads files. video_path reads
- * a file on the server's machine: the API is for operators, not the public. */
+ * production; the face models are loaded on that thread the first time and kept. An upload is
+ * written to a temporary file (removed when the job ends) because the decoder reads files.
+ *
+ * video_path/image_path name a file on the server's machine: only under the folders the
+ * operator listed (--media-dir), none by default, and only a regular file (a FIFO or a device
+ * would hang the task thread, and with it DELETE and shutdown). A path outside those folders
+ * is refused without looking at it, so nobody learns which files exist. An avatar id in use is
+ * replaced only with "overwrite": true; "default" and the server's own avatar never. */
 #include "facecast/error.h"
 #include "facecast/pack.h"
 #include "facecast/studio.h"
 #include "server/internal.h"
 #include "server/tasks.h"
 
+#include "core/stale.h"
+
 #include <dirent.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -36,6 +46,7 @@ typedef struct task {
   char *clip_name[FC_STUDIO_MAX_CLIPS], *clip_file[FC_STUDIO_MAX_CLIPS];
   int upload;   /* src is our temporary file */
   int crop;     /* 0, 96, 256 */
+  int lock_fd;  /* upload: holds src's lock (fc_stale) until the file is removed */
   fc_studio_result res;
 } task;
 
@@ -49,6 +60,7 @@ typedef struct fc_avatar_tasks {
 static void free_task(fc_task *p) {
   task *t = (task *)p;
   if (t->upload && t->src) remove(t->src);
+  if (t->lock_fd >= 0) close(t->lock_fd);
   g_free(t->src);
   for (int k = 0; k < t->nclips; k++) g_free(t->clip_name[k]), g_free(t->clip_file[k]);
   g_free(t);
@@ -79,6 +91,8 @@ static int run_task(fc_server *srv, fc_task *base) {
     remove(t->src);
     g_free(t->src);
     t->src = NULL;
+    close(t->lock_fd);
+    t->lock_fd = -1;
   }
   return err;
 }
@@ -117,26 +131,107 @@ static int crop_of(const char *s, int *crop) {
   return 1;
 }
 
+/* A server path a task may read: under a --media-dir, existing, a regular file. 0, or the
+ * HTTP status after answering (403: outside or no folders; 404; 400: not a regular file). The
+ * answer never says whether a path outside the folders exists. */
+static int media_path_check(fc_server *srv, SoupServerMessage *msg, const char *path,
+                            char **resolved) {
+  *resolved = NULL;
+  if (!srv->p.media_dirs) {
+    fc_http_error(msg, 403, "server paths are off: upload the file (multipart 'file'), or start "
+                            "the server with --media-dir DIR");
+    return 403;
+  }
+  if (!g_path_is_absolute(path)) {
+    fc_http_error(msg, 400, "a server path must be absolute");
+    return 400;
+  }
+  gchar **roots = g_strsplit(srv->p.media_dirs, ":", -1);
+  char *lexical = g_canonicalize_filename(path, "/");
+  char *real = realpath(path, NULL);
+  int inside_lex = 0, inside_real = 0;
+  for (int i = 0; roots[i]; i++) {
+    if (!*roots[i]) continue;
+    char *root = realpath(roots[i], NULL);
+    char *lroot = g_canonicalize_filename(roots[i], "/");
+    for (int k = 0; k < 2; k++) {
+      const char *r = k ? root : lroot, *p = k ? real : lexical;
+      size_t n = r ? strlen(r) : 0;
+      int in = r && p && strncmp(p, r, n) == 0 && (p[n] == '/' || (n == 1 && r[0] == '/'));
+      if (k) inside_real |= in;
+      else inside_lex |= in;
+    }
+    free(root);
+    g_free(lroot);
+  }
+  g_strfreev(roots);
+  g_free(lexical);
+  int status = 0;
+  if (!inside_lex || (real && !inside_real)) {
+    fc_http_error(msg, 403, "server paths must lie under a --media-dir folder");
+    status = 403;
+  } else if (!real) {
+    fc_http_error(msg, 404, "no such file in the media folders");
+    status = 404;
+  } else {
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer */
+    int fd = open(real, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      fc_http_error(msg, fd < 0 ? 404 : 400, fd < 0 ? "the file cannot be read"
+                                                     : "not a regular file (a FIFO, device or folder)");
+      status = fd < 0 ? 404 : 400;
+    }
+    if (fd >= 0) close(fd);
+  }
+  if (status) free(real);
+  else *resolved = real;
+  return status;
+}
+
+/* The avatar id may be made: not the server's own, not a pack that exists (without
+ * overwrite), not the target of another unfinished task. Answers 409 otherwise. */
+static int avatar_id_free(fc_server *srv, SoupServerMessage *msg, const char *id, int overwrite) {
+  if (strcmp(id, "default") == 0 || strcmp(id, fc_avatar_id(srv->avatar)) == 0) {
+    fc_http_error(msg, 409, "avatar_id '%s' names the server's own avatar", id);
+    return 0;
+  }
+  char pack[4200];
+  if (!overwrite && !fc_avatar_pack_path(NULL, id, pack, sizeof pack) && access(pack, F_OK) == 0) {
+    fc_http_error(msg, 409, "avatar '%s' exists: send \"overwrite\": true to replace it", id);
+    return 0;
+  }
+  fc_avatar_tasks *at = srv->avatar_tasks;
+  int busy = 0;
+  fc_tasks_lock(at->tasks);
+  GList *all = fc_tasks_all_locked(at->tasks);
+  for (GList *l = all; l && !busy; l = l->next) {
+    const task *t = l->data;
+    busy = t->t.status <= FC_TASK_RUNNING && strcmp(t->avatar_id, id) == 0;
+  }
+  g_list_free(all);
+  fc_tasks_unlock(at->tasks);
+  if (busy) fc_http_error(msg, 409, "another task is making avatar '%s'", id);
+  return !busy;
+}
+
 /* Starts a task; answers the request. Takes src (and the upload flag) and the clips. */
 static void start_task(fc_server *srv, SoupServerMessage *msg, const char *avatar_id,
-                       const char *task_id, char *src, int upload, int crop, int nclips,
-                       char **clip_name, char **clip_file) {
+                       const char *task_id, char *src, int upload, int lock_fd, int crop,
+                       int overwrite, int nclips, char **clip_name, char **clip_file) {
   fc_avatar_tasks *at = srv->avatar_tasks;
   if (!fc_avatar_id_valid(avatar_id)) {
-    fc_http_error(msg, 400, "avatar_id '%s': use 1-63 letters, digits, '_' or '-'", avatar_id ? avatar_id : "");
+    fc_http_error(msg, 400, "avatar_id: use 1-63 letters, digits, '_' or '-'");
     goto fail;
   }
   if (task_id && !fc_avatar_id_valid(task_id)) {
-    fc_http_error(msg, 400, "task_id '%s': use 1-63 letters, digits, '_' or '-'", task_id);
+    fc_http_error(msg, 400, "task_id: use 1-63 letters, digits, '_' or '-'");
     goto fail;
   }
-  if (!upload && access(src, R_OK) != 0) {
-    fc_http_error(msg, 404, "%s: no such readable file on the server", src);
-    goto fail;
-  }
+  if (!avatar_id_free(srv, msg, avatar_id, overwrite)) goto fail;
   task *t = g_new0(task, 1);
   snprintf(t->avatar_id, sizeof t->avatar_id, "%s", avatar_id);
-  t->src = src, t->upload = upload, t->crop = crop;
+  t->src = src, t->upload = upload, t->crop = crop, t->lock_fd = lock_fd;
   t->nclips = nclips;
   for (int k = 0; k < nclips; k++) t->clip_name[k] = clip_name[k], t->clip_file[k] = clip_file[k];
   char prefix[80];
@@ -145,6 +240,7 @@ static void start_task(fc_server *srv, SoupServerMessage *msg, const char *avata
   return;
 fail:
   if (upload) remove(src);
+  if (lock_fd >= 0) close(lock_fd);
   g_free(src);
   for (int k = 0; k < nclips; k++) g_free(clip_name[k]), g_free(clip_file[k]);
 }
@@ -170,49 +266,66 @@ static void post_json(fc_server *srv, SoupServerMessage *msg) {
       return;
     }
   }
-  int crop = 0, nclips = 0;
+  int crop = 0, nclips = 0, overwrite = 0;
   char *cn[FC_STUDIO_MAX_CLIPS], *cf[FC_STUDIO_MAX_CLIPS];
   const char *src = v[1] ? v[1] : v[2];
+  JsonNode *ow = json_object_get_member(o, "overwrite");
   JsonNode *cl = json_object_get_member(o, "clips");
   const char *bad = NULL;
-  if (cl && !JSON_NODE_HOLDS_NULL(cl)) {
+  int answered = 0;
+  if (ow && !JSON_NODE_HOLDS_NULL(ow)) {
+    if (JSON_NODE_HOLDS_VALUE(ow) && json_node_get_value_type(ow) == G_TYPE_BOOLEAN)
+      overwrite = json_node_get_boolean(ow);
+    else
+      bad = "'overwrite' must be true or false";
+  }
+  if (!bad && cl && !JSON_NODE_HOLDS_NULL(cl)) {
     JsonArray *a = JSON_NODE_HOLDS_ARRAY(cl) ? json_node_get_array(cl) : NULL;
     if (!a || json_array_get_length(a) > FC_STUDIO_MAX_CLIPS) bad = "'clips' must be a list of at most 16 {name, video_path}";
-    for (guint k = 0; a && !bad && k < json_array_get_length(a); k++) {
+    for (guint k = 0; a && !bad && !answered && k < json_array_get_length(a); k++) {
       JsonNode *e = json_array_get_element(a, k);
       JsonObject *eo = JSON_NODE_HOLDS_OBJECT(e) ? json_node_get_object(e) : NULL;
-      const char *nm = eo && json_object_has_member(eo, "name") ? json_object_get_string_member_with_default(eo, "name", NULL) : NULL;
-      const char *vp = eo && json_object_has_member(eo, "video_path") ? json_object_get_string_member_with_default(eo, "video_path", NULL) : NULL;
-      if (!nm || !vp) bad = "each clip needs a 'name' and a 'video_path' (strings)";
-      else if (access(vp, R_OK) != 0) bad = "a clip's video_path is not a readable file on the server";
-      else cn[nclips] = g_strdup(nm), cf[nclips++] = g_strdup(vp);
+      JsonNode *nn = eo ? json_object_get_member(eo, "name") : NULL;
+      JsonNode *vn = eo ? json_object_get_member(eo, "video_path") : NULL;
+      int ok = nn && vn && JSON_NODE_HOLDS_VALUE(nn) && JSON_NODE_HOLDS_VALUE(vn) &&
+               json_node_get_value_type(nn) == G_TYPE_STRING &&
+               json_node_get_value_type(vn) == G_TYPE_STRING;
+      char *real = NULL;
+      if (!ok) bad = "each clip needs a 'name' and a 'video_path' (strings)";
+      else if (media_path_check(srv, msg, json_node_get_string(vn), &real)) answered = 1;
+      else cn[nclips] = g_strdup(json_node_get_string(nn)), cf[nclips++] = real;
     }
   }
-  if (bad) fc_http_error(msg, strstr(bad, "readable") ? 404 : 400, "%s", bad);
+  char *real = NULL;
+  if (answered) { /* answered */
+  } else if (bad) fc_http_error(msg, 400, "%s", bad);
   else if (!v[0]) fc_http_error(msg, 400, "'avatar_id' is required");
   else if (!src) fc_http_error(msg, 400, "'video_path' or 'image_path' is required (or upload 'file' as multipart)");
   else if (!crop_of(v[3], &crop)) fc_http_error(msg, 400, "'img_size' must be 96 or 256");
-  else {
-    start_task(srv, msg, v[0], v[4], g_strdup(src), 0, crop, nclips, cn, cf);
+  else if (!media_path_check(srv, msg, src, &real)) {
+    start_task(srv, msg, v[0], v[4], g_strdup(real), 0, -1, crop, overwrite, nclips, cn, cf);
     nclips = 0;
   }
-  for (int k = 0; k < nclips; k++) g_free(cn[k]), g_free(cf[k]);
+  free(real);
+  for (int k = 0; k < nclips; k++) g_free(cn[k]), free(cf[k]);
   g_object_unref(parser);
 }
 
 static void post_multipart(fc_server *srv, SoupServerMessage *msg) {
   GBytes *file = NULL;
-  char *field_v[3]; /* avatar_id, img_size, task_id */
+  char *field_v[4]; /* avatar_id, img_size, task_id, overwrite */
   static const char *const files[] = {"file", "video_file", NULL};
-  static const char *const names[3] = {"avatar_id", "img_size", "task_id"};
-  if (fc_http_multipart(msg, files, &file, NULL, names, field_v, 3)) return;
+  static const char *const names[4] = {"avatar_id", "img_size", "task_id", "overwrite"};
+  if (fc_http_multipart(msg, files, &file, NULL, names, field_v, 4)) return;
   int crop = 0;
+  int overwrite = field_v[3] && (!strcmp(field_v[3], "true") || !strcmp(field_v[3], "1"));
   if (!field_v[0]) fc_http_error(msg, 400, "'avatar_id' field is required");
   else if (!file) fc_http_error(msg, 400, "'file' field (a video or a photo) is required");
   else if (!crop_of(field_v[1], &crop)) fc_http_error(msg, 400, "'img_size' must be 96 or 256");
   else {
-    char *tmpl = g_build_filename(g_get_tmp_dir(), "facecast-avatar-XXXXXX", NULL);
+    char *tmpl = g_build_filename(g_get_tmp_dir(), "facecast-upload-XXXXXX", NULL);
     int fd = g_mkstemp(tmpl);
+    if (fd >= 0) fc_stale_hold(fd); /* a kill -9 leaves it to the next server's sweep */
     gsize n;
     const char *d = g_bytes_get_data(file, &n);
     gboolean ok = fd >= 0;
@@ -221,17 +334,16 @@ static void post_multipart(fc_server *srv, SoupServerMessage *msg) {
       if (w <= 0) ok = FALSE;
       else off += (gsize)w;
     }
-    if (fd >= 0) close(fd);
     if (!ok) {
-      if (fd >= 0) remove(tmpl);
+      if (fd >= 0) remove(tmpl), close(fd);
       g_free(tmpl);
       fc_http_error(msg, 500, "cannot store the upload");
     } else {
-      start_task(srv, msg, field_v[0], field_v[2], tmpl, 1, crop, 0, NULL, NULL);
+      start_task(srv, msg, field_v[0], field_v[2], tmpl, 1, fd, crop, overwrite, 0, NULL, NULL);
     }
   }
   if (file) g_bytes_unref(file);
-  for (int k = 0; k < 3; k++) g_free(field_v[k]);
+  for (int k = 0; k < 4; k++) g_free(field_v[k]);
 }
 
 static void h_task(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,

@@ -203,7 +203,7 @@ int fc_server_bench(const fc_server_params *p, int sessions, int talking, double
   b.s = g_new0(fc_session *, sessions);
   if ((err = fc_tts_speak(paragraph, NULL, &b.sp))) goto done;
   for (int i = 0; i < sessions; i++) {
-    if (!(b.s[i] = fc_session_new(srv, srv->avatar, &err))) goto done;
+    if (!(b.s[i] = fc_session_new(srv, srv->avatar, NULL, &err))) goto done;
     fc_live_params lp = fc_session_live_params(srv, b.s[i], FC_LIVE_NULL);
     fc_live *live = fc_live_create(&lp, NULL, NULL, NULL, &err);
     if (!live) goto done;

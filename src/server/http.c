@@ -11,6 +11,8 @@
  */
 #include "facecast/error.h"
 #include "server/internal.h"
+#include "server/jsonin.h"
+#include "server/keys.h"
 
 #include <json-glib/json-glib.h>
 #include <stdarg.h>
@@ -30,11 +32,19 @@ char *fc_http_json_quote(const char *s) {
   return q;
 }
 
+/* Messages are capped: a detail that quotes a client's input (a path, an id) must never send a
+ * large input back. */
+#define MAX_ERROR_TEXT 300
+
 void fc_http_error(SoupServerMessage *msg, int status, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   char *text = g_strdup_vprintf(fmt, ap);
   va_end(ap);
+  if (strlen(text) > MAX_ERROR_TEXT) {
+    const char *end = g_utf8_find_prev_char(text, text + MAX_ERROR_TEXT - 3);
+    strcpy((char *)(end ? end : text), "...");
+  }
   char *q = fc_http_json_quote(text);
   char *body = g_strdup_printf("{\"code\":-1,\"msg\":%s}", q);
   soup_server_message_set_status(msg, (guint)status, NULL);
@@ -91,19 +101,10 @@ JsonObject *fc_http_json_body(SoupServerMessage *msg, JsonParser **parser) {
   GBytes *bytes = soup_message_body_flatten(b);
   gsize n;
   const char *d = g_bytes_get_data(bytes, &n);
-  *parser = json_parser_new();
-  GError *e = NULL;
-  JsonObject *o = NULL;
-  if (!n || !json_parser_load_from_data(*parser, d, (gssize)n, &e)) {
-    fc_http_error(msg, 400, "malformed JSON: %s", e ? e->message : "empty body");
-    if (e) g_error_free(e);
-  } else if (!JSON_NODE_HOLDS_OBJECT(json_parser_get_root(*parser))) {
-    fc_http_error(msg, 400, "malformed JSON: expected an object");
-  } else {
-    o = json_node_get_object(json_parser_get_root(*parser));
-  }
+  char why[160];
+  JsonObject *o = fc_json_parse_object(d, n, parser, why, sizeof why);
+  if (!o) fc_http_error(msg, 400, "%s", why);
   g_bytes_unref(bytes);
-  if (!o) g_clear_object(parser);
   return o;
 }
 
@@ -114,6 +115,18 @@ const char *fc_http_str_member(SoupServerMessage *msg, JsonObject *o, const char
     return json_node_get_string(n);
   fc_http_error(msg, 400, "'%s' must be a string", name);
   return NULL;
+}
+
+int fc_http_opt_str(SoupServerMessage *msg, JsonObject *o, const char *name, const char **out) {
+  JsonNode *n = json_object_get_member(o, name);
+  *out = NULL;
+  if (!n || JSON_NODE_HOLDS_NULL(n)) return 0;
+  if (JSON_NODE_HOLDS_VALUE(n) && json_node_get_value_type(n) == G_TYPE_STRING) {
+    *out = json_node_get_string(n);
+    return 0;
+  }
+  fc_http_error(msg, 400, "'%s' must be a string", name);
+  return -1;
 }
 
 /* The session named by the "sessionid" member (a string, or a number as LiveTalking's page
@@ -135,8 +148,24 @@ fc_session *fc_http_session_of(fc_server *srv, SoupServerMessage *msg, JsonObjec
     fc_http_error(msg, 400, "'sessionid' is required");
     return NULL;
   }
+  fc_session *s = fc_http_session_find(srv, msg, id);
+  if (!s) fc_http_error(msg, 404, "unknown session");
+  return s;
+}
+
+const char *fc_http_owner(SoupServerMessage *msg) {
+  return g_object_get_data(G_OBJECT(msg), "fc-owner");
+}
+
+fc_session *fc_http_session_find(fc_server *srv, SoupServerMessage *msg, const char *id) {
   fc_session *s = fc_session_find(srv, id);
-  if (!s) fc_http_error(msg, 404, "unknown session '%s'", id);
+  const char *who = fc_http_owner(msg);
+  /* With API keys, a key sees only its own sessions (and no one learns that others exist);
+   * a request without a key (the capability routes) is let through by the id alone. */
+  if (s && srv->keys && who && strcmp(who, s->owner) != 0) {
+    fc_session_unref(s);
+    s = NULL;
+  }
   return s;
 }
 
@@ -242,8 +271,10 @@ static void refuse_now(SoupServerMessage *msg, int status, const char *reason, c
   char *q = fc_http_json_quote(text);
   char *body = g_strdup_printf("{\"code\":-1,\"msg\":%s}", q);
   char *resp = g_strdup_printf("HTTP/1.1 %d %s\r\nServer: facecast\r\nContent-Type: application/json\r\n"
-                               "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
-                               status, reason, strlen(body), body);
+                               "Content-Length: %zu\r\nConnection: close\r\n%s\r\n%s",
+                               status, reason, strlen(body),
+                               status == 401 ? "WWW-Authenticate: Bearer realm=\"facecast\"\r\n" : "",
+                               body);
   GIOStream *io = soup_server_message_steal_connection(msg);
   if (io) {
     g_output_stream_write_all(g_io_stream_get_output_stream(io), resp, strlen(resp), NULL, NULL,
@@ -256,55 +287,127 @@ static void refuse_now(SoupServerMessage *msg, int status, const char *reason, c
   g_free(q);
 }
 
-/* Bodies are refused before they are read: POST needs a Content-Length within the route's
- * limit (chunked uploads of unknown size would have to be buffered whole first). */
-static void early(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
-                  gpointer user) {
-  if (!fc_http_is_method(msg, "POST") && !fc_http_is_method(msg, "PUT") && !fc_http_is_method(msg, "PATCH")) return;
+/* The largest body a request may bring: POST/PUT/PATCH up to the route's limit, nothing for
+ * the other methods. */
+static goffset body_limit(SoupServerMessage *msg, const char *path) {
+  if (!fc_http_is_method(msg, "POST") && !fc_http_is_method(msg, "PUT") &&
+      !fc_http_is_method(msg, "PATCH"))
+    return 0;
+  if (strcmp(path, "/humanaudio") == 0) return MAX_UPLOAD;
+  if (strncmp(path, "/api/avatar/task", 16) == 0 && fc_http_has_content_type(msg, "multipart/form-data"))
+    return FC_MAX_AVATAR_UPLOAD;
+  return MAX_JSON_BODY;
+}
+
+/* Routes a browser opens without headers of its own (an EventSource, a WebSocket, a download
+ * link): the session id they name is their credential, since ids are unguessable. */
+static int session_capability_route(SoupServerMessage *msg, const char *path) {
+  return strcmp(path, "/sse") == 0 || strcmp(path, "/ws/audio") == 0 ||
+         (g_str_has_prefix(path, "/record/") && fc_http_is_method(msg, "GET"));
+}
+
+/* The key a request presents: the name it belongs to, "" for none, NULL for a wrong one. */
+static const char *presented_key(fc_server *srv, SoupServerMessage *msg) {
+  const char *a =
+      soup_message_headers_get_one(soup_server_message_get_request_headers(msg), "Authorization");
+  if (!a) return "";
+  if (g_ascii_strncasecmp(a, "Bearer ", 7) != 0) return NULL;
+  a += 7;
+  while (*a == ' ') a++;
+  return fc_keys_check(srv->keys, a, strlen(a));
+}
+
+/* Everything a request must pass before its body is read: a body only where the method takes
+ * one, framed by a plain Content-Length (digits only) within the route's limit; with API keys,
+ * a valid key on every control route. A refusal is written at once and the connection closed:
+ * libsoup would otherwise go on to read the body. */
+static int check_request(fc_server *srv, SoupServerMessage *msg, const char *path, int api) {
   SoupMessageHeaders *h = soup_server_message_get_request_headers(msg);
-  goffset limit = strcmp(path, "/humanaudio") == 0            ? MAX_UPLOAD
-                  : strncmp(path, "/api/avatar/task", 16) == 0 ? FC_MAX_AVATAR_UPLOAD
-                                                               : MAX_JSON_BODY;
-  if (soup_message_headers_get_encoding(h) != SOUP_ENCODING_CONTENT_LENGTH) {
-    refuse_now(msg, 411, "Length Required", "a request body needs a Content-Length");
-  } else if (soup_message_headers_get_content_length(h) > limit) {
-    char *t = g_strdup_printf("request body of %lld bytes is over the limit of %lld",
-                              (long long)soup_message_headers_get_content_length(h),
-                              (long long)limit);
-    refuse_now(msg, 413, "Payload Too Large", t);
-    g_free(t);
+  goffset limit = body_limit(msg, path);
+  const char *cl = soup_message_headers_get_one(h, "Content-Length");
+  SoupEncoding enc = soup_message_headers_get_encoding(h);
+  char t[160];
+  if (cl && (!*cl || strspn(cl, "0123456789") != strlen(cl) || strlen(cl) > 15)) {
+    refuse_now(msg, 400, "Bad Request", "Content-Length must be a number of bytes");
+    return 0;
   }
+  goffset len = cl ? g_ascii_strtoll(cl, NULL, 10) : 0;
+  if (enc == SOUP_ENCODING_CHUNKED || (enc != SOUP_ENCODING_CONTENT_LENGTH && enc != SOUP_ENCODING_NONE)) {
+    if (limit)
+      refuse_now(msg, 411, "Length Required", "a request body needs a Content-Length");
+    else
+      refuse_now(msg, 413, "Payload Too Large", "this request takes no body");
+    return 0;
+  }
+  if (len > limit) {
+    if (limit)
+      snprintf(t, sizeof t, "request body of %lld bytes is over the limit of %lld", (long long)len,
+               (long long)limit);
+    else
+      snprintf(t, sizeof t, "%s %s takes no body", soup_server_message_get_method(msg),
+               api ? "here" : "of a page");
+    refuse_now(msg, 413, "Payload Too Large", t);
+    return 0;
+  }
+  if (limit && !cl) {
+    refuse_now(msg, 411, "Length Required", "a request body needs a Content-Length");
+    return 0;
+  }
+  if (!srv->keys || !api) return 1;
+  const char *who = presented_key(srv, msg);
+  int capability = session_capability_route(msg, path);
+  if (!who || (!*who && !capability)) {
+    refuse_now(msg, 401, "Unauthorized",
+               who ? "this server needs an API key: send 'Authorization: Bearer KEY'"
+                   : "unknown API key");
+    return 0;
+  }
+  if (*who) g_object_set_data(G_OBJECT(msg), "fc-owner", (gpointer)who); /* lives in srv->keys */
+  return 1;
+}
+
+static void early_api(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
+                      gpointer user) {
+  check_request(user, msg, path, 1);
+}
+
+static void early_page(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
+                       gpointer user) {
+  check_request(user, msg, path, strcmp(path, "/healthz") != 0 && strncmp(path, "/api/", 5) == 0);
 }
 
 void fc_http_early(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
                    gpointer user) {
-  early(server, msg, path, q, user);
+  check_request(user, msg, path, 1);
 }
 
 void fc_http_register(fc_server *srv) {
   static const struct {
     const char *path;
     SoupServerCallback cb;
-  } routes[] = {{"/offer", fc_route_offer},
-                {"/whep", fc_route_whep},
-                {"/session", fc_route_session},
-                {"/human", fc_route_human},
-                {"/humanaudio", fc_route_humanaudio},
-                {"/interrupt_talk", fc_route_interrupt},
-                {"/is_speaking", fc_route_is_speaking},
-                {"/set_audiotype", fc_route_set_audiotype},
-                {"/record", fc_route_record},
-                {"/sse", fc_route_sse},
-                {"/healthz", h_healthz},
-                {"/metrics", h_metrics},
-                {NULL, h_static}};
+    int api; /* a control route: API keys apply */
+  } routes[] = {{"/offer", fc_route_offer, 1},
+                {"/whep", fc_route_whep, 1},
+                {"/session", fc_route_session, 1},
+                {"/human", fc_route_human, 1},
+                {"/humanaudio", fc_route_humanaudio, 1},
+                {"/interrupt_talk", fc_route_interrupt, 1},
+                {"/is_speaking", fc_route_is_speaking, 1},
+                {"/set_audiotype", fc_route_set_audiotype, 1},
+                {"/record", fc_route_record, 1},
+                {"/sse", fc_route_sse, 1},
+                {"/metrics", h_metrics, 1},
+                {"/healthz", h_healthz, 0},
+                {NULL, h_static, 0}};
   SoupServer *s = srv->soup;
   /* libsoup keeps early and normal handlers in one entry per path and picks the most specific
    * path, so the body check is registered on every path, not once at the root. */
   for (size_t i = 0; i < G_N_ELEMENTS(routes); i++) {
-    soup_server_add_early_handler(s, routes[i].path, early, srv, NULL);
+    soup_server_add_early_handler(s, routes[i].path, routes[i].api ? early_api : early_page, srv,
+                                  NULL);
     soup_server_add_handler(s, routes[i].path, routes[i].cb, srv, NULL);
   }
+  soup_server_add_early_handler(s, "/ws/audio", early_api, srv, NULL);
   soup_server_add_websocket_handler(s, "/ws/audio", NULL, NULL, fc_route_ws_audio, srv, NULL);
   fc_avatar_tasks_register(srv);
   fc_render_tasks_register(srv);

@@ -32,6 +32,8 @@
 #include <libsoup/soup.h>
 
 #define FC_READY_FRAMES 4 /* frames produced ahead of the pacer per session (160 ms) */
+/* A WebSocket message (all its fragments): microphone audio comes in 20-100 ms pieces. */
+#define FC_WS_MAX_MESSAGE (1 << 20)
 
 typedef struct fc_recorder fc_recorder;
 
@@ -76,9 +78,10 @@ typedef struct fc_server {
   GMainContext *ctx;
   GMainLoop *loop;
   SoupServer *soup;
+  struct fc_listener *listener; /* accepts connections for soup (listener.h) */
   int port;
   char *web_dir, *record_dir;
-  int own_record_dir;
+  int own_record_dir, record_lock; /* record_lock: held on our own folder (core/stale.h) */
 
   fc_avatar *avatar;       /* the server's default avatar (--avatar) */
   GMutex avatar_lock;      /* avatar_cache */
@@ -102,9 +105,10 @@ typedef struct fc_server {
   int n_devs, b_cap;
   int gpu; /* the lip-sync devices are GPUs: a frame costs a batch's round trip, not CPU work */
 
+  struct fc_keys *keys;   /* --api-keys: control routes want a key; NULL: open server */
   GMutex lock;            /* sessions table */
   GHashTable *sessions;   /* id → fc_session* (one reference) */
-  GHashTable *recordings; /* session id → path of its last finished recording (main loop) */
+  GHashTable *recordings; /* session id → fc_recording: its last finished one (main loop) */
   GThreadPool *workers;
 
   struct fc_avatar_tasks *avatar_tasks; /* avatars.c */
@@ -135,7 +139,9 @@ struct fc_session {
   gint refs;
   fc_server *srv;
   fc_avatar *avatar; /* the session's: srv->avatar, or one from srv->avatar_cache (referenced) */
-  char id[24];
+  char id[40];       /* a random UUID: knowing it is what lets a client act on the session */
+  char owner[64];    /* the API key (its name) that opened it; "" without keys */
+  uint64_t serial;   /* 1, 2, ...: names it in logs and /metrics without giving the id away */
   int whep;
   int shard; /* the pacer thread that sends its frames */
   int phase; /* which of the pacer's FC_PACER_PHASES slots of a tick it is sent in */
@@ -180,8 +186,9 @@ struct fc_session {
 
 /* session.c */
 /* A session on avatar av (srv->avatar or one from fc_server_avatar_get, whose reference it
- * takes over: released when the session is freed). */
-fc_session *fc_session_new(fc_server *srv, fc_avatar *av, int *err);
+ * takes over: released when the session is freed), belonging to the API key named owner
+ * (NULL: none). */
+fc_session *fc_session_new(fc_server *srv, fc_avatar *av, const char *owner, int *err);
 /* The live output's settings for s (size, clock, the server's encoder options; a still
  * avatar gets a constant quantizer, see fc_live_params.video_qp). */
 fc_live_params fc_session_live_params(const fc_server *srv, const fc_session *s, fc_live_kind k);
@@ -251,6 +258,19 @@ typedef struct fc_job {
 void fc_job_run(gpointer job, gpointer srv);
 int fc_job_push(fc_server *srv, fc_job *job);
 
+/* A finished recording, downloadable at GET /record/{session id}. At most FC_MAX_RECORDINGS
+ * are listed (one per session), the oldest forgotten first; in the server's own temporary
+ * folder its file goes with it, in a --record-dir every file stays. */
+#define FC_MAX_RECORDINGS 256
+typedef struct fc_recording {
+  char *path;
+  char owner[64]; /* the API key of its session ("" without) */
+  gint64 made;
+  int remove_file; /* in the server's own folder: the file goes with the entry */
+} fc_recording;
+void fc_recordings_add(fc_server *srv, char *id, fc_recording *r); /* main loop; takes both */
+void fc_recording_free(gpointer r);                                /* removes its file too */
+
 /* recorder.c: MP4 recording fed by the pacer without ever blocking it. */
 fc_recorder *fc_recorder_start(const char *path, int w, int h, int *err);
 /* Copies a frame into the recorder's bounded queue; when full the frame is dropped (counted). */
@@ -282,6 +302,15 @@ int fc_http_is_method(SoupServerMessage *msg, const char *m);
 const char *fc_http_str_member(SoupServerMessage *msg, JsonObject *o, const char *name);
 /* The session the "sessionid" member names, referenced; NULL after answering 400/404. */
 fc_session *fc_http_session_of(fc_server *srv, SoupServerMessage *msg, JsonObject *o);
+/* The session id names, referenced, if the request may act on it (with API keys: the key that
+ * opened it, or no key at all on the routes where the id is the credential); NULL otherwise,
+ * without answering. */
+fc_session *fc_http_session_find(fc_server *srv, SoupServerMessage *msg, const char *id);
+/* The name of the API key the request presented, or NULL (no keys, or none sent). */
+const char *fc_http_owner(SoupServerMessage *msg);
+/* An optional string member: 0 with *out NULL when absent or null, -1 after answering 400
+ * when of another type. */
+int fc_http_opt_str(SoupServerMessage *msg, JsonObject *o, const char *name, const char **out);
 const char *fc_http_query_get(GHashTable *q, const char *k);
 /* Answers with the file's contents (404 JSON when it cannot be read). */
 void fc_http_serve_file(SoupServerMessage *msg, const char *file, const char *type);

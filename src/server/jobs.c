@@ -13,16 +13,19 @@ typedef struct reply {
   fc_server *srv;
   int status;
   char *text;      /* the error message (status >= 400) or the data JSON (NULL = none) */
-  char *record_id; /* RECORD_STOP: session id and path to register */
+  char *record_id; /* RECORD_STOP: session id, path and owner to register */
   char *record_path;
+  char record_owner[64];
 } reply;
 
 static gboolean deliver_reply(gpointer data) {
   reply *r = data;
   if (r->record_id && r->record_path) {
-    char *old = g_hash_table_lookup(r->srv->recordings, r->record_id);
-    if (old && strcmp(old, r->record_path) != 0) remove(old); /* keep one per session */
-    g_hash_table_replace(r->srv->recordings, r->record_id, r->record_path);
+    fc_recording *rec = g_new0(fc_recording, 1);
+    rec->path = r->record_path;
+    rec->made = g_get_monotonic_time();
+    g_strlcpy(rec->owner, r->record_owner, sizeof rec->owner);
+    fc_recordings_add(r->srv, r->record_id, rec); /* keeps one per session, and a bounded number */
     r->record_id = r->record_path = NULL;
   }
   if (r->msg) {
@@ -66,7 +69,7 @@ static int status_of(int err) {
 static int queue_speech(fc_session *s, const fc_speech *sp, int interrupt) {
   if (interrupt) fc_session_interrupt(s);
   g_mutex_lock(&s->lock);
-  int err = s->closed ? fc_error_set(FC_ENOTFOUND, "session %s is closed", s->id)
+  int err = s->closed ? fc_error_set(FC_ENOTFOUND, "the session is closed")
                       : fc_stream_push_speech(s->stream, sp->audio.samples, sp->audio.n, sp->ph,
                                               sp->n_ph, NULL);
   if (!err) fc_session_want_fill_locked(s);
@@ -125,6 +128,7 @@ void fc_job_run(gpointer data, gpointer user) {
     if (!err) {
       r->record_id = g_strdup(j->s->id);
       r->record_path = path;
+      g_strlcpy(r->record_owner, j->s->owner, sizeof r->record_owner);
       r->text = g_strdup_printf("{\"url\":\"/record/%s\"}", j->s->id);
     }
     break;

@@ -3,6 +3,9 @@
  * sessions' own counters are read under the server lock without their writers' locks: each is
  * a naturally aligned 64-bit word, so a read sees an old or a new value, never a torn one. */
 #include "server/internal.h"
+#include "server/listener.h"
+
+#include <stdio.h>
 
 const double fc_late_bounds_ms[FC_LATE_BUCKETS] = {1, 2, 5, 10, 20, 40, 80, 160};
 
@@ -16,7 +19,7 @@ void fc_metrics_late(fc_server *srv, double ms) { /* stat_lock held */
 
 /* One open session's figures, copied under the server lock and written out after it. */
 typedef struct session_row {
-  char id[24];
+  char id[40];
   int ready;
   unsigned long long frames, pictures_late, keyframes; /* %llu below */
   double infer_fps, final_fps, encoder_delay_ms;
@@ -50,7 +53,11 @@ void fc_metrics_render(fc_server *srv, GString *o) {
   for (int i = 0; i < n && g_hash_table_iter_next(&it, NULL, &v); i++) {
     fc_session *s = v;
     session_row *r = &rows[i];
-    g_strlcpy(r->id, s->id, sizeof r->id);
+    /* The id is a credential: only the serial number, unless the operator asks for ids. */
+    if (srv->p.metrics_session_ids)
+      g_strlcpy(r->id, s->id, sizeof r->id);
+    else
+      snprintf(r->id, sizeof r->id, "%llu", (unsigned long long)s->serial);
     g_mutex_lock(&s->q_lock);
     r->ready = s->r_count;
     g_mutex_unlock(&s->q_lock);
@@ -120,6 +127,33 @@ void fc_metrics_render(fc_server *srv, GString *o) {
   g_string_append_printf(
       o, "facecast_frame_lateness_ms_sum %.3f\nfacecast_frame_lateness_ms_count %llu\n", late_sum,
       (unsigned long long)cum);
+
+  if (srv->listener) {
+    fc_listener_stats ls;
+    fc_listener_get_stats(srv->listener, &ls);
+    family(o, "facecast_http_connections", "gauge", "Open HTTP connections.");
+    g_string_append_printf(o, "facecast_http_connections %llu\n", (unsigned long long)ls.open);
+    counter(o, "facecast_http_connections_total", "HTTP connections accepted.", ls.accepted);
+    family(o, "facecast_http_refused_total", "counter",
+           "Connections refused at once: per_client (429, --max-conns-per-client), no_fd (503, "
+           "out of file descriptors).");
+    g_string_append_printf(o, "facecast_http_refused_total{reason=\"per_client\"} %llu\n"
+                              "facecast_http_refused_total{reason=\"no_fd\"} %llu\n",
+                           (unsigned long long)ls.refused_per_client, (unsigned long long)ls.refused_no_fd);
+    family(o, "facecast_http_closed_total", "counter",
+           "Connections the server closed: header/body/idle timeouts, failed TLS handshakes, "
+           "WebSocket messages over the limit.");
+    g_string_append_printf(
+        o,
+        "facecast_http_closed_total{reason=\"header_timeout\"} %llu\n"
+        "facecast_http_closed_total{reason=\"body_timeout\"} %llu\n"
+        "facecast_http_closed_total{reason=\"idle_timeout\"} %llu\n"
+        "facecast_http_closed_total{reason=\"tls_failed\"} %llu\n"
+        "facecast_http_closed_total{reason=\"ws_too_large\"} %llu\n",
+        (unsigned long long)ls.timeout_header, (unsigned long long)ls.timeout_body,
+        (unsigned long long)ls.timeout_idle, (unsigned long long)ls.tls_failed,
+        (unsigned long long)ls.ws_too_large);
+  }
 
   SESSION_FAMILY("facecast_session_ready_frames", "gauge", "Frames produced ahead, per session.",
                  "%d", ready);

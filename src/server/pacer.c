@@ -49,7 +49,7 @@ static void log_rates(fc_session *s, int64_t now) {
     s->infer_fps = (s->infer_frames - s->log_infer0) / dt;
     s->final_fps = (s->out_frames - s->log_out0) / dt;
     if (!s->srv->p.quiet)
-      g_message("session %s: actual avg infer fps %.1f, actual avg final fps %.1f", s->id,
+      g_message("session %llu: actual avg infer fps %.1f, actual avg final fps %.1f", (unsigned long long)s->serial,
                 s->infer_fps, s->final_fps);
   }
   s->log_t0 = now;
@@ -126,7 +126,7 @@ static void pace_one(fc_server *srv, fc_session *s, int64_t deadline) {
     g_mutex_unlock(&s->lock);
   }
   if (err) {
-    g_warning("session %s: no frame: %s", s->id, fc_error_detail(err));
+    g_warning("session %llu: no frame: %s", (unsigned long long)s->serial, fc_error_detail(err));
     return;
   }
 

@@ -188,9 +188,9 @@ static void post_render(fc_server *srv, SoupServerMessage *msg) {
   else if (strlen(v[0]) > MAX_TEXT)
     fc_http_error(msg, 413, "'text' is longer than %d bytes", MAX_TEXT);
   else if (v[2] && !fc_avatar_id_valid(v[2]))
-    fc_http_error(msg, 400, "avatar '%s': use 1-63 letters, digits, '_' or '-'", v[2]);
+    fc_http_error(msg, 400, "avatar: use 1-63 letters, digits, '_' or '-'");
   else if (v[3] && !fc_avatar_id_valid(v[3]))
-    fc_http_error(msg, 400, "task_id '%s': use 1-63 letters, digits, '_' or '-'", v[3]);
+    fc_http_error(msg, 400, "task_id: use 1-63 letters, digits, '_' or '-'");
   else if (!(av = fc_server_avatar_get(srv, v[2], &err))) /* "default" and the server's own too */
     fc_http_error(msg, err == FC_ENOTFOUND ? 404 : 400, "%s", fc_error_detail(err));
   if (!av) goto out;
@@ -216,7 +216,7 @@ static void h_render(SoupServer *server, SoupServerMessage *msg, const char *pat
   const char *slash = strchr(rest, '/');
   size_t len = slash ? (size_t)(slash - rest) : strlen(rest);
   if (len >= sizeof id || (slash && strcmp(slash, "/file") != 0)) {
-    fc_http_error(msg, 404, "not found: %s", path);
+    fc_http_error(msg, 404, "not found");
     return;
   }
   memcpy(id, rest, len);
@@ -228,12 +228,13 @@ static void h_render(SoupServer *server, SoupServerMessage *msg, const char *pat
   if (!fc_http_require_method(msg, "GET")) return;
   fc_tasks_lock(ts);
   const render *r = (const render *)fc_tasks_find_locked(ts, id);
+  if (r && !fc_task_visible(ts, &r->t, msg)) r = NULL;
   int status = r ? r->t.status : -1;
   char *p = status == FC_TASK_COMPLETED ? g_strdup(r->path) : NULL;
   fc_tasks_unlock(ts);
   if (p) fc_http_serve_file(msg, p, "video/mp4");
-  else if (status < 0) fc_http_error(msg, 404, "unknown render '%s'", id);
-  else fc_http_error(msg, 409, "render '%s' is %s, not completed", id, fc_task_status_name(status));
+  else if (status < 0) fc_http_error(msg, 404, "unknown render");
+  else fc_http_error(msg, 409, "the render is %s, not completed", fc_task_status_name(status));
   g_free(p);
   (void)server, (void)q;
 }

@@ -8,9 +8,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MAX_JSON_BODY (256 * 1024)
-#define MAX_UPLOAD (32 * 1024 * 1024)
-
 /* ---- sessions: /offer, /whep, DELETE ---------------------------------------------------- */
 
 typedef struct answer_ev {
@@ -88,7 +85,7 @@ static gboolean deliver_state(gpointer data) {
   if (e->st == FC_LIVE_CONNECTED) {
     if (s->connect_timer) g_source_remove(s->connect_timer);
     s->connect_timer = 0;
-    if (!s->srv->p.quiet) g_message("session %s connected", s->id);
+    if (!s->srv->p.quiet) g_message("session %llu connected", (unsigned long long)s->serial);
   } else if (e->st == FC_LIVE_FAILED || e->st == FC_LIVE_CLOSED) {
     fc_session_close(s, e->st == FC_LIVE_FAILED ? "connection failed" : "peer closed");
   }
@@ -123,7 +120,7 @@ static gboolean connect_timeout(gpointer data) {
 static void start_session(fc_server *srv, SoupServerMessage *msg, const char *sdp, int whep,
                           fc_avatar *av) {
   int err;
-  fc_session *s = fc_session_new(srv, av, &err);
+  fc_session *s = fc_session_new(srv, av, fc_http_owner(msg), &err);
   if (!s) {
     fc_http_error(msg, fc_http_status_of(err), "%s", fc_error_detail(err));
     return;
@@ -151,7 +148,9 @@ static void start_session(fc_server *srv, SoupServerMessage *msg, const char *sd
   s->live = live;
   g_mutex_unlock(&s->out_lock);
   s->connect_timer = g_timeout_add_seconds(30, connect_timeout, s);
-  if (!srv->p.quiet) g_message("session %s created (%s)", s->id, whep ? "WHEP" : "offer");
+  if (!srv->p.quiet)
+    g_message("session %llu created (%s, id %.8s..., %s)", (unsigned long long)s->serial,
+              whep ? "WHEP" : "offer", s->id, s->owner[0] ? s->owner : "no API key");
   fc_session_unref(s);
 }
 
@@ -164,14 +163,10 @@ void fc_route_offer(SoupServer *server, SoupServerMessage *msg, const char *path
   if (!o) return;
   const char *sdp = fc_http_str_member(msg, o, "sdp");
   const char *type = sdp ? fc_http_str_member(msg, o, "type") : NULL;
+  const char *avname = NULL;
   if (type && strcmp(type, "offer") != 0) {
-    fc_http_error(msg, 400, "'type' must be \"offer\", not \"%s\"", type);
-  } else if (type) {
-    JsonNode *av = json_object_get_member(o, "avatar");
-    const char *avname =
-        av && JSON_NODE_HOLDS_VALUE(av) && json_node_get_value_type(av) == G_TYPE_STRING
-            ? json_node_get_string(av)
-            : NULL;
+    fc_http_error(msg, 400, "'type' must be \"offer\"");
+  } else if (type && !fc_http_opt_str(msg, o, "avatar", &avname)) {
     int err = 0;
     fc_avatar *a = fc_server_avatar_get(srv, avname, &err);
     if (!a)
@@ -186,9 +181,9 @@ void fc_route_whep(SoupServer *server, SoupServerMessage *msg, const char *path,
                    gpointer user) {
   fc_server *srv = user;
   if (fc_http_is_method(msg, "DELETE") && g_str_has_prefix(path, "/whep/")) {
-    fc_session *s = fc_session_find(srv, path + 6);
+    fc_session *s = fc_http_session_find(srv, msg, path + 6);
     if (!s) {
-      fc_http_error(msg, 404, "unknown session '%s'", path + 6);
+      fc_http_error(msg, 404, "unknown session");
       return;
     }
     fc_session_close(s, "WHEP resource deleted");
@@ -226,9 +221,9 @@ void fc_route_session(SoupServer *server, SoupServerMessage *msg, const char *pa
   fc_server *srv = user;
   if (!fc_http_require_method(msg, "DELETE")) return;
   const char *id = g_str_has_prefix(path, "/session/") ? path + 9 : "";
-  fc_session *s = fc_session_find(srv, id);
+  fc_session *s = fc_http_session_find(srv, msg, id);
   if (!s) {
-    fc_http_error(msg, 404, "unknown session '%s'", id);
+    fc_http_error(msg, 404, "unknown session");
     return;
   }
   fc_session_close(s, "deleted");

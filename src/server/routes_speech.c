@@ -3,14 +3,16 @@
  * microphone audio (WS /ws/audio); see http.c for the plumbing they share. */
 #include "facecast/error.h"
 #include "server/internal.h"
+#include "server/listener.h"
 
 #include <json-glib/json-glib.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#define MAX_JSON_BODY (256 * 1024)
-#define MAX_UPLOAD (32 * 1024 * 1024)
+/* Text of one /human request: more than a session queues anyway (120 s of speech), small
+ * enough that synthesis cannot tie a worker up for long before the queue says no. */
+#define MAX_TEXT 8192
 
 /* ---- speech ----------------------------------------------------------------------------- */
 
@@ -23,16 +25,10 @@ void fc_route_human(SoupServer *server, SoupServerMessage *msg, const char *path
   if (!o) return;
   fc_session *s = fc_http_session_of(srv, msg, o);
   const char *text = s ? fc_http_str_member(msg, o, "text") : NULL;
-  JsonNode *tn = json_object_get_member(o, "type");
-  const char *type =
-      tn && JSON_NODE_HOLDS_VALUE(tn) && json_node_get_value_type(tn) == G_TYPE_STRING
-          ? json_node_get_string(tn)
-          : "echo";
-  JsonNode *vn = json_object_get_member(o, "voice");
-  const char *voice =
-      vn && JSON_NODE_HOLDS_VALUE(vn) && json_node_get_value_type(vn) == G_TYPE_STRING
-          ? json_node_get_string(vn)
-          : NULL;
+  const char *type = NULL, *voice = NULL;
+  if (text && (fc_http_opt_str(msg, o, "type", &type) || fc_http_opt_str(msg, o, "voice", &voice)))
+    text = NULL;
+  if (!type) type = "echo";
   if (text) {
     JsonNode *in = json_object_get_member(o, "interrupt");
     int interrupt = 0, bad_interrupt = 0;
@@ -40,12 +36,21 @@ void fc_route_human(SoupServer *server, SoupServerMessage *msg, const char *path
       interrupt = json_node_get_boolean(in);
     else if (in && !JSON_NODE_HOLDS_NULL(in))
       bad_interrupt = 1;
+    size_t len = strlen(text);
     if (bad_interrupt) {
       fc_http_error(msg, 400, "'interrupt' must be true or false");
     } else if (strcmp(type, "chat") == 0) {
       fc_http_error(msg, 501, "type 'chat' is not configured on this server (no LLM); use 'echo'");
     } else if (strcmp(type, "echo") != 0) {
       fc_http_error(msg, 400, "'type' must be \"echo\" or \"chat\"");
+    } else if (len > MAX_TEXT) {
+      fc_http_error(msg, 413,
+                    "'text' is %zu bytes: at most %d per request (a session queues at most "
+                    "120 s of speech)", len, MAX_TEXT);
+    } else if (voice && (!*voice || strlen(voice) > 64 || strspn(voice, "abcdefghijklmnopqrstuvwxyz"
+                                                                     "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                                     "0123456789-_+") != strlen(voice))) {
+      fc_http_error(msg, 400, "'voice' must be a voice name such as \"en\" or \"de\"");
     } else {
       fc_job *j = g_new0(fc_job, 1);
       j->kind = FC_JOB_SPEAK;
@@ -119,8 +124,8 @@ void fc_route_humanaudio(SoupServer *server, SoupServerMessage *msg, const char 
     fc_http_error(msg, 400, "'sessionid' field is required");
   else if (!file)
     fc_http_error(msg, 400, "'file' field (a WAV file) is required");
-  else if (!(s = fc_session_find(srv, sid)))
-    fc_http_error(msg, 404, "unknown session '%s'", sid);
+  else if (!(s = fc_http_session_find(srv, msg, sid)))
+    fc_http_error(msg, 404, "unknown session");
   else {
     fc_job *j = g_new0(fc_job, 1);
     j->kind = FC_JOB_AUDIO;
@@ -215,15 +220,14 @@ void fc_route_record(SoupServer *server, SoupServerMessage *msg, const char *pat
   fc_server *srv = user;
   if (g_str_has_prefix(path, "/record/")) {
     if (!fc_http_require_method(msg, "GET")) return;
-    const char *file = g_hash_table_lookup(srv->recordings, path + 8);
-    if (!file) {
-      fc_http_error(msg, 404, "no finished recording for session '%s'", path + 8);
+    const fc_recording *r = g_hash_table_lookup(srv->recordings, path + 8);
+    const char *who = fc_http_owner(msg);
+    if (!r || (srv->keys && who && strcmp(who, r->owner) != 0)) {
+      fc_http_error(msg, 404, "no finished recording for this session");
       return;
     }
-    {
-      fc_http_serve_file(msg, file, "video/mp4");
-      return;
-    }
+    fc_http_serve_file(msg, r->path, "video/mp4");
+    return;
   }
   if (!fc_http_require_method(msg, "POST")) return;
   JsonParser *jp = NULL;
@@ -236,7 +240,7 @@ void fc_route_record(SoupServer *server, SoupServerMessage *msg, const char *pat
     int busy = s->rec != NULL;
     g_mutex_unlock(&s->out_lock);
     if (busy) {
-      fc_http_error(msg, 409, "session %s is already recording", s->id);
+      fc_http_error(msg, 409, "the session is already recording");
     } else {
       int err;
       char *file =
@@ -260,7 +264,7 @@ void fc_route_record(SoupServer *server, SoupServerMessage *msg, const char *pat
     s->rec = NULL;
     g_mutex_unlock(&s->out_lock);
     if (!rec) {
-      fc_http_error(msg, 409, "session %s is not recording", s->id);
+      fc_http_error(msg, 409, "the session is not recording");
     } else {
       fc_job *j = g_new0(fc_job, 1);
       j->kind = FC_JOB_RECORD_STOP;
@@ -286,9 +290,9 @@ void fc_route_sse(SoupServer *server, SoupServerMessage *msg, const char *path, 
     fc_http_error(msg, 400, "'sessionid' query parameter is required");
     return;
   }
-  fc_session *s = fc_session_find(user, id);
+  fc_session *s = fc_http_session_find(user, msg, id);
   if (!s) {
-    fc_http_error(msg, 404, "unknown session '%s'", id);
+    fc_http_error(msg, 404, "unknown session");
     return;
   }
   SoupMessageHeaders *h = soup_server_message_get_response_headers(msg);
@@ -305,12 +309,14 @@ void fc_route_sse(SoupServer *server, SoupServerMessage *msg, const char *path, 
 
 typedef struct ws_ctx {
   fc_server *srv;
-  char id[24];
+  fc_conn *conn; /* the connection (listener.h): a message may not grow past its cap */
+  char id[40];
   float buf[8192];
 } ws_ctx;
 
 static void ws_message(SoupWebsocketConnection *c, gint type, GBytes *msg, gpointer user) {
   ws_ctx *w = user;
+  fc_conn_ws_message(w->conn);
   if (type != SOUP_WEBSOCKET_DATA_BINARY) {
     soup_websocket_connection_send_text(
         c, "{\"code\":-1,\"msg\":\"send binary PCM16LE, 16 kHz mono\"}");
@@ -353,7 +359,11 @@ static void ws_closed(SoupWebsocketConnection *c, gpointer user) {
   }
 }
 
-static void free_ws_ctx(gpointer data, GClosure *closure) { g_free(data); }
+static void free_ws_ctx(gpointer data, GClosure *closure) {
+  ws_ctx *w = data;
+  fc_conn_unref(w->conn);
+  g_free(w);
+}
 
 void fc_route_ws_audio(SoupServer *server, SoupServerMessage *msg, const char *path,
                        SoupWebsocketConnection *c, gpointer user) {
@@ -362,13 +372,17 @@ void fc_route_ws_audio(SoupServer *server, SoupServerMessage *msg, const char *p
   const char *query = g_uri_get_query(uri);
   GHashTable *q = query ? g_uri_parse_params(query, -1, "&", G_URI_PARAMS_NONE, NULL) : NULL;
   const char *id = q ? g_hash_table_lookup(q, "sessionid") : NULL;
-  fc_session *s = fc_session_find(srv, id);
+  fc_session *s = id ? fc_http_session_find(srv, msg, id) : NULL;
   if (!s) {
     soup_websocket_connection_close(c, SOUP_WEBSOCKET_CLOSE_POLICY_VIOLATION,
                                     id ? "unknown session" : "sessionid query parameter required");
   } else {
     ws_ctx *w = g_new0(ws_ctx, 1);
     w->srv = srv;
+    w->conn = fc_conn_of(msg);
+    fc_conn_mark_websocket(w->conn);
+    /* libsoup checks each frame; the listener the whole message (fragments add up) */
+    soup_websocket_connection_set_max_incoming_payload_size(c, FC_WS_MAX_MESSAGE);
     g_strlcpy(w->id, s->id, sizeof w->id);
     s->ws = g_list_prepend(s->ws, g_object_ref(c));
     g_signal_connect_data(c, "message", G_CALLBACK(ws_message), w, NULL, 0);

@@ -1,12 +1,37 @@
 /* facecast serve: server lifetime (see include/facecast/server.h and internal.h). */
 #include "facecast/error.h"
 #include "facecast/studio.h"
+#include "core/stale.h"
 #include "server/internal.h"
+#include "server/keys.h"
+#include "server/listener.h"
 
 #include <glib-unix.h>
 #include <glib/gstdio.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
+
+void fc_recording_free(gpointer p) {
+  fc_recording *r = p;
+  if (!r) return;
+  if (r->remove_file) g_remove(r->path);
+  g_free(r->path);
+  g_free(r);
+}
+
+void fc_recordings_add(fc_server *srv, char *id, fc_recording *r) {
+  r->remove_file = srv->own_record_dir; /* a --record-dir keeps every file */
+  g_hash_table_replace(srv->recordings, id, r); /* a session's earlier one goes (file too) */
+  if (g_hash_table_size(srv->recordings) <= FC_MAX_RECORDINGS) return;
+  GHashTableIter it;
+  gpointer k, v, oldest = NULL;
+  gint64 t = G_MAXINT64;
+  g_hash_table_iter_init(&it, srv->recordings);
+  while (g_hash_table_iter_next(&it, &k, &v))
+    if (((fc_recording *)v)->made < t) t = ((fc_recording *)v)->made, oldest = k;
+  g_hash_table_remove(srv->recordings, oldest);
+}
 
 fc_server_params fc_server_params_default(void) {
   return (fc_server_params){.port = 8010, .width = 512, .height = 512, .max_sessions = 5};
@@ -103,8 +128,19 @@ int fc_server_sched_start(fc_server *srv) {
   return FC_OK;
 }
 
+/* What servers, renders and avatar creation killed before they finished left behind:
+ * temporary folders and uploads, partly written packs (core/stale.h). */
+static void sweep_leftovers(void) {
+  int n = fc_stale_sweep(g_get_tmp_dir(), "facecast-rec-", NULL) +
+          fc_stale_sweep(g_get_tmp_dir(), "facecast-upload-", NULL) +
+          fc_stale_sweep(fc_avatar_dir(), NULL, ".fcpack.tmp.");
+  if (n) g_message("removed %d leftovers of facecast runs that were killed", n);
+}
+
 fc_server *fc_server_create(const fc_server_params *p, int *err) {
   fc_server *srv = g_new0(fc_server, 1);
+  srv->record_lock = -1;
+  sweep_leftovers();
   srv->p = p ? *p : fc_server_params_default();
   if (srv->p.max_sessions <= 0) srv->p.max_sessions = 5;
   if (srv->p.opus_complexity < 0 || srv->p.opus_complexity > 10) {
@@ -124,7 +160,7 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
   srv->ctx = g_main_context_ref(g_main_context_default());
   srv->loop = g_main_loop_new(srv->ctx, FALSE);
   srv->sessions = g_hash_table_new(g_str_hash, g_str_equal);
-  srv->recordings = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+  srv->recordings = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, fc_recording_free);
 #ifdef FC_DEFAULT_WEB_DIR
   srv->web_dir = g_strdup(srv->p.web_dir ? srv->p.web_dir : FC_DEFAULT_WEB_DIR);
 #else
@@ -137,7 +173,10 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
       *err = fc_error_set(FC_EIO, "cannot create the recording folder %s", srv->record_dir);
       goto fail;
     }
-  } else if (!(srv->record_dir = g_dir_make_tmp("facecast-rec-XXXXXX", &e))) {
+  } else if (!(srv->record_dir = g_dir_make_tmp("facecast-rec-XXXXXX", &e)) ||
+             (srv->record_lock = fc_stale_hold_dir(srv->record_dir)) < 0) {
+    if (!e) g_set_error(&e, G_FILE_ERROR, G_FILE_ERROR_FAILED, "cannot lock it");
+    if (srv->record_dir) g_rmdir(srv->record_dir);
     *err = fc_error_set(FC_EIO, "cannot create a recording folder: %s", e->message);
     g_error_free(e);
     goto fail;
@@ -207,30 +246,27 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
   }
   g_thread_pool_set_sort_function(srv->workers, job_order, NULL);
 
+  if (srv->p.api_keys) {
+    if (!(srv->keys = fc_keys_load(srv->p.api_keys, err))) goto fail;
+    g_message("API keys: %d from %s; control routes need 'Authorization: Bearer KEY'",
+              fc_keys_count(srv->keys), srv->p.api_keys);
+  } else {
+    g_message("no API keys (--api-keys FILE): anyone who reaches this port may open sessions; "
+              "a session id is the only credential for acting on its session");
+  }
   srv->soup = soup_server_new("server-header", "facecast", NULL);
   fc_http_register(srv);
-  gboolean ok;
-  if (srv->p.host) {
-    GInetAddress *a = g_inet_address_new_from_string(srv->p.host);
-    if (!a) {
-      *err = fc_error_set(FC_EINVAL, "--host '%s' is not an IP address", srv->p.host);
-      goto fail;
-    }
-    GSocketAddress *sa = g_inet_socket_address_new(a, (guint16)srv->p.port);
-    ok = soup_server_listen(srv->soup, sa, 0, &e);
-    g_object_unref(sa);
-    g_object_unref(a);
-  } else {
-    ok = soup_server_listen_all(srv->soup, (guint)srv->p.port, 0, &e);
-  }
-  if (!ok) {
-    *err = fc_error_set(FC_EIO, "cannot listen on port %d: %s", srv->p.port, e->message);
-    g_error_free(e);
-    goto fail;
-  }
-  GSList *uris = soup_server_get_uris(srv->soup);
-  srv->port = uris ? g_uri_get_port(uris->data) : srv->p.port;
-  g_slist_free_full(uris, (GDestroyNotify)g_uri_unref);
+  fc_listener_params lp = {.host = srv->p.host,
+                           .port = srv->p.port,
+                           .tls_cert = srv->p.tls_cert,
+                           .tls_key = srv->p.tls_key,
+                           .max_per_client = srv->p.max_conns_per_client,
+                           .header_timeout_s = srv->p.header_timeout_s,
+                           .body_timeout_s = srv->p.body_timeout_s,
+                           .idle_timeout_s = srv->p.idle_timeout_s,
+                           .ws_max_message = FC_WS_MAX_MESSAGE};
+  if (!(srv->listener = fc_listener_create(srv->soup, &lp, err))) goto fail;
+  srv->port = fc_listener_port(srv->listener);
 
   if ((*err = fc_pacer_start(srv))) goto fail;
   *err = FC_OK;
@@ -279,6 +315,7 @@ void fc_server_destroy(fc_server *srv) {
     fc_session_unref(v);
   }
   if (srv->soup) soup_server_disconnect(srv->soup);
+  fc_listener_destroy(srv->listener); /* after libsoup let go of its connections */
   if (srv->workers) g_thread_pool_free(srv->workers, FALSE, TRUE);
   fc_avatar_tasks_free(srv);
   fc_render_tasks_free(srv);
@@ -286,14 +323,14 @@ void fc_server_destroy(fc_server *srv) {
   while (g_main_context_iteration(srv->ctx, FALSE)) {
   }
   if (srv->soup) g_object_unref(srv->soup);
-  if (srv->own_record_dir && srv->recordings) {
-    GHashTableIter it;
-    gpointer v;
-    g_hash_table_iter_init(&it, srv->recordings);
-    while (g_hash_table_iter_next(&it, NULL, &v)) g_remove(v);
+  if (srv->recordings) g_hash_table_destroy(srv->recordings); /* files in our own folder go */
+  if (srv->own_record_dir) {
+    char *lock = g_build_filename(srv->record_dir, ".lock", NULL);
+    g_remove(lock);
+    g_free(lock);
     g_rmdir(srv->record_dir);
   }
-  if (srv->recordings) g_hash_table_destroy(srv->recordings);
+  if (srv->record_lock >= 0) close(srv->record_lock);
   if (srv->sessions) g_hash_table_destroy(srv->sessions);
   fc_sched_destroy(srv->sched); /* the sessions (its clients) are gone */
   g_mutex_clear(&srv->solo_lock);
@@ -308,6 +345,7 @@ void fc_server_destroy(fc_server *srv) {
   fc_avatar_destroy(srv->avatar);
   g_free(srv->web_dir);
   g_free(srv->record_dir);
+  fc_keys_free(srv->keys);
   if (srv->loop) g_main_loop_unref(srv->loop);
   if (srv->ctx) g_main_context_unref(srv->ctx);
   g_mutex_clear(&srv->lock);

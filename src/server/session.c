@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 void fc_sched_waiter_init(fc_sched_waiter *w) {
   g_mutex_init(&w->lock);
@@ -97,7 +98,7 @@ fc_live_params fc_session_live_params(const fc_server *srv, const fc_session *s,
                           .opus_complexity = srv->p.opus_complexity};
 }
 
-fc_session *fc_session_new(fc_server *srv, fc_avatar *av, int *err) {
+fc_session *fc_session_new(fc_server *srv, fc_avatar *av, const char *owner, int *err) {
   fc_session *s = NULL;
   g_mutex_lock(&srv->lock);
   guint n = g_hash_table_size(srv->sessions);
@@ -112,6 +113,7 @@ fc_session *fc_session_new(fc_server *srv, fc_avatar *av, int *err) {
   s = g_new0(fc_session, 1);
   s->refs = 1;
   s->srv = srv;
+  g_strlcpy(s->owner, owner ? owner : "", sizeof s->owner);
   s->avatar = av;
   const guint nth = (guint)g_atomic_int_add(&srv->next_shard, 1);
   const guint shards = (guint)(srv->n_pacers > 0 ? srv->n_pacers : 1);
@@ -143,9 +145,21 @@ fc_session *fc_session_new(fc_server *srv, fc_avatar *av, int *err) {
       goto fail;
     }
   g_mutex_lock(&srv->lock);
-  /* Decimal and below 2^31: LiveTalking's page runs parseInt() on the id. */
-  do snprintf(s->id, sizeof s->id, "%d", g_random_int_range(100000000, 2000000000));
-  while (g_hash_table_contains(srv->sessions, s->id));
+  /* A random (version 4) UUID, as LiveTalking's own ids: clients only echo it back, and
+   * whoever knows it may act on the session, so it comes from the kernel's generator. */
+  do {
+    uint8_t r[16];
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
+      g_mutex_unlock(&srv->lock);
+      *err = fc_error_set(FC_EIO, "no random bytes for a session id");
+      goto fail;
+    }
+    r[6] = (uint8_t)((r[6] & 0x0f) | 0x40), r[8] = (uint8_t)((r[8] & 0x3f) | 0x80);
+    snprintf(s->id, sizeof s->id,
+             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", r[0], r[1],
+             r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12], r[13], r[14],
+             r[15]);
+  } while (g_hash_table_contains(srv->sessions, s->id));
   /* Checked again under the lock: two offers may race for the last place. */
   if ((int)g_hash_table_size(srv->sessions) >= srv->p.max_sessions) {
     g_mutex_unlock(&srv->lock);
@@ -156,7 +170,7 @@ fc_session *fc_session_new(fc_server *srv, fc_avatar *av, int *err) {
   }
   fc_session_ref(s);
   g_hash_table_insert(srv->sessions, s->id, s);
-  srv->sessions_created++;
+  s->serial = ++srv->sessions_created;
   g_mutex_unlock(&srv->lock);
   return s;
 fail:
@@ -258,7 +272,7 @@ void fc_session_fill_locked(fc_session *s, int max) {
         /* Speech that cannot be made is dropped, as by an interrupt: otherwise the session
          * would wait for it for ever (on a GPU the pacer sends nothing while speech is
          * pending) instead of going back to its idle frames. */
-        g_warning("session %s: frame production failed, speech dropped: %s", s->id,
+        g_warning("session %llu: frame production failed, speech dropped: %s", (unsigned long long)s->serial,
                   fc_error_detail(err));
         uint32_t cut = interrupt_locked(s);
         if (cut) fc_session_post_event(s, "end", cut);
@@ -432,7 +446,7 @@ void fc_session_close(fc_session *s, const char *why) {
     fc_session_ref(s);
     fc_job_push(srv, j);
   }
-  if (!srv->p.quiet) g_message("session %s closed: %s", s->id, why);
+  if (!srv->p.quiet) g_message("session %llu closed: %s", (unsigned long long)s->serial, why);
   fc_session_unref(s); /* the table's reference */
   fc_session_unref(s);
 }

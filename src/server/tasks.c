@@ -117,7 +117,7 @@ void fc_tasks_submit(fc_tasks *ts, SoupServerMessage *msg, fc_task *t, const cha
   }
   if (g_hash_table_contains(ts->jobs, t->id)) {
     g_mutex_unlock(&ts->lock);
-    fc_http_error(msg, 409, "%s '%s' exists", ts->kind->noun, t->id);
+    fc_http_error(msg, 409, "%s '%s' exists", ts->kind->noun, t->id); /* a valid id: short */
     ts->kind->destroy(t);
     return;
   }
@@ -128,6 +128,8 @@ void fc_tasks_submit(fc_tasks *ts, SoupServerMessage *msg, fc_task *t, const cha
     return;
   }
   t->status = FC_TASK_PENDING, t->queued = 1, t->created = g_get_monotonic_time();
+  const char *who = fc_http_owner(msg);
+  g_strlcpy(t->owner, who ? who : "", sizeof t->owner);
   g_hash_table_insert(ts->jobs, t->id, t);
   g_thread_pool_push(ts->pool, t, NULL);
   char *data = g_strdup_printf("{\"task_id\":\"%s\",\"status\":\"pending\"}", t->id);
@@ -146,9 +148,9 @@ void fc_tasks_answer(fc_tasks *ts, SoupServerMessage *msg, const char *id) {
   }
   g_mutex_lock(&ts->lock);
   fc_task *t = g_hash_table_lookup(ts->jobs, id);
-  if (!t) {
+  if (!t || !fc_task_visible(ts, t, msg)) {
     g_mutex_unlock(&ts->lock);
-    fc_http_error(msg, 404, "unknown %s '%s'", ts->kind->noun, id);
+    fc_http_error(msg, 404, "unknown %s", ts->kind->noun);
     return;
   }
   GString *o = g_string_new(NULL);
@@ -180,8 +182,10 @@ void fc_tasks_list(fc_tasks *ts, SoupServerMessage *msg) {
   GString *o = g_string_new("[");
   g_mutex_lock(&ts->lock);
   GList *all = g_list_sort(g_hash_table_get_values(ts->jobs), by_created);
+  int n = 0;
   for (GList *l = all; l; l = l->next) {
-    if (l != all) g_string_append_c(o, ',');
+    if (!fc_task_visible(ts, l->data, msg)) continue;
+    if (n++) g_string_append_c(o, ',');
     ts->kind->json(l->data, o);
   }
   g_list_free(all);
@@ -195,4 +199,10 @@ void fc_tasks_lock(fc_tasks *ts) { g_mutex_lock(&ts->lock); }
 void fc_tasks_unlock(fc_tasks *ts) { g_mutex_unlock(&ts->lock); }
 fc_task *fc_tasks_find_locked(fc_tasks *ts, const char *id) {
   return g_hash_table_lookup(ts->jobs, id);
+}
+GList *fc_tasks_all_locked(fc_tasks *ts) { return g_hash_table_get_values(ts->jobs); }
+
+int fc_task_visible(const fc_tasks *ts, const fc_task *t, SoupServerMessage *msg) {
+  const char *who = fc_http_owner(msg);
+  return !ts->srv->keys || !who || strcmp(who, t->owner) == 0;
 }

@@ -26,6 +26,7 @@ typedef struct fc_task {
   int queued;         /* in the pool's queue: the pool holds the pointer, so it stays listed */
   volatile int cancel; /* set to stop a running job at its next check */
   char error[512];    /* failed or canceled: why */
+  char owner[64];     /* the API key that made it ("" without keys): only it sees the job */
   gint64 created;
 } fc_task;
 
@@ -60,6 +61,10 @@ void fc_tasks_list(fc_tasks *ts, SoupServerMessage *msg);
 void fc_tasks_lock(fc_tasks *ts);
 void fc_tasks_unlock(fc_tasks *ts);
 fc_task *fc_tasks_find_locked(fc_tasks *ts, const char *id);
+/* Every job (a list to g_list_free; lock held). */
+GList *fc_tasks_all_locked(fc_tasks *ts);
+/* Whether the request may see t: without API keys any, with keys its own key's. */
+int fc_task_visible(const fc_tasks *ts, const fc_task *t, SoupServerMessage *msg);
 
 const char *fc_task_status_name(int status);
 /* Appends "task_id", "status", "progress" and, when failed or canceled, "error" (no braces). */

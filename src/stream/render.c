@@ -5,7 +5,11 @@
 #include "facecast/error.h"
 #include "facecast/render.h"
 
+#include "core/stale.h"
+
+#include <fcntl.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,9 +23,21 @@ int fc_render_to_mp4(fc_stream *s, const char *path, const fc_mp4_params *mp4,
   memcpy(tmp, path, len);
   memcpy(tmp + len, ".part", 6);
   int err = FC_OK;
+  /* The partial file is locked while it is written: one left by a killed run can be taken
+   * (and is overwritten now); one being written by another run cannot. */
+  int lock = open(tmp, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (lock < 0 || fc_stale_hold(lock)) {
+    err = lock < 0 ? fc_error_set(FC_EIO, "%s: cannot write the output file", path)
+                   : fc_error_set(FC_EAGAIN, "%s: another render is writing it now", path);
+    if (lock >= 0) close(lock);
+    free(tmp);
+    return err;
+  }
   fc_mp4_writer *w = fc_mp4_writer_create(tmp, mp4, &err);
   if (!w) {
     if (err == FC_EIO) err = fc_error_set(FC_EIO, "%s: cannot write the output file", path);
+    remove(tmp);
+    close(lock);
     free(tmp);
     return err;
   }
@@ -52,6 +68,7 @@ int fc_render_to_mp4(fc_stream *s, const char *path, const fc_mp4_params *mp4,
     remove(tmp);
     err = fc_error_set(FC_EIO, "%s: cannot write the output file", path);
   }
+  close(lock);
   free(tmp);
   return err;
 }

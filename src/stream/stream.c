@@ -172,8 +172,11 @@ static int reserve(void **p, size_t *cap, size_t need, size_t elem, size_t first
 static int fifo_append(fc_stream *s, const float *pcm, size_t n, size_t pad) {
   if (s->ended) return fc_error_set(FC_EINVAL, "stream: speech pushed after the end");
   if (s->len + n + pad > s->max_pending)
-    return fc_error_set(FC_EAGAIN, "speech queue full (%.0f s pending, limit %.0f s)",
-                        (double)s->len / FC_SAMPLE_RATE, (double)s->max_pending / FC_SAMPLE_RATE);
+    return fc_error_set(FC_EAGAIN,
+                        "%.1f s of speech does not fit: a session queues at most %.0f s (%.1f s "
+                        "queued now)",
+                        (double)(n + pad) / FC_SAMPLE_RATE, (double)s->max_pending / FC_SAMPLE_RATE,
+                        (double)s->len / FC_SAMPLE_RATE);
   if (s->head && s->head + s->len + n + pad > s->cap) {
     memmove(s->pcm, s->pcm + s->head, s->len * sizeof(float));
     s->head = 0;

@@ -251,7 +251,9 @@ def avatar_tasks(c):
     st, js, _, _ = c.post("/api/avatar/task", {"avatar_id": "../x", "image_path": ASTRONAUT})
     check(is_error(st, js, 400), "bad avatar_id: 400")
     st, js, _, _ = c.post("/api/avatar/task", {"avatar_id": "x", "video_path": "/no/such.mp4"})
-    check(is_error(st, js, 404), "missing video_path: 404")
+    check(is_error(st, js, 403), "video_path outside the media folders: 403")
+    st, js, _, _ = c.post("/api/avatar/task", {"avatar_id": "x", "video_path": os.path.dirname(ASTRONAUT) + "/no-such.mp4"})
+    check(is_error(st, js, 404), "missing video_path in a media folder: 404")
     st, js, _, _ = c.post("/api/avatar/task", {"avatar_id": "x", "image_path": ASTRONAUT, "img_size": 100})
     check(is_error(st, js, 400), "bad img_size: 400")
     st, js, _, _ = c.post("/api/avatar/task", {"avatar_id": "x", "image_path": 5})
@@ -261,7 +263,7 @@ def avatar_tasks(c):
     st, js, _, _ = c.post("/api/avatar/task", {"avatar_id": "x", "video_path": ASTRONAUT, "clips": 3})
     check(is_error(st, js, 400), "clips not a list: 400")
     st, js, _, _ = c.post("/api/avatar/task", {"avatar_id": "x", "video_path": ASTRONAUT,
-                                               "clips": [{"name": "wave", "video_path": "/no/such.mp4"}]})
+                                               "clips": [{"name": "wave", "video_path": os.path.dirname(ASTRONAUT) + "/no.mp4"}]})
     check(is_error(st, js, 404), "clip file missing: 404")
     st, js, _, _ = c.post("/api/avatar/task", {"avatar_id": "x", "video_path": ASTRONAUT, "clips": [{"name": 1}]})
     check(is_error(st, js, 400), "clip without name/video_path: 400")
@@ -424,7 +426,7 @@ def main():
         r = subprocess.run([BIN, "serve", "--port", "0", "--opus-complexity", bad], capture_output=True, text=True, timeout=30)
         check(r.returncode == 2 and r.stderr.count("\n") == 1 and "opus-complexity" in r.stderr,
               f"serve --opus-complexity {bad}: one line, exit 2")
-    proc, port = start_server("--max-sessions", "3")
+    proc, port = start_server("--max-sessions", "3", "--media-dir", os.path.dirname(ASTRONAUT))
     c = Client(port)
     try:
         st, js, _, _ = c.req("GET", "/healthz")

@@ -1,0 +1,53 @@
+/* Request bodies as JSON: a nesting guard in front of json-glib (see jsonin.h). */
+#include "server/jsonin.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int fc_json_depth_ok(const char *d, size_t n, int max_depth) {
+  int depth = 0, in_str = 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = d[i];
+    if (in_str) {
+      if (c == '\\') i++; /* the escaped character cannot end the string */
+      else if (c == '"') in_str = 0;
+    } else if (c == '"') {
+      in_str = 1;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return 0;
+    } else if (c == ']' || c == '}') {
+      depth--;
+    }
+  }
+  return 1;
+}
+
+JsonObject *fc_json_parse_object(const char *d, size_t n, JsonParser **parser, char *why,
+                                 size_t why_size) {
+  *parser = NULL;
+  size_t k = 0;
+  while (k < n && (d[k] == ' ' || d[k] == '\t' || d[k] == '\r' || d[k] == '\n')) k++;
+  if (k == n) {
+    snprintf(why, why_size, "malformed JSON: empty body");
+    return NULL;
+  }
+  if (!fc_json_depth_ok(d, n, FC_JSON_MAX_DEPTH)) {
+    snprintf(why, why_size, "malformed JSON: nested deeper than %d levels", FC_JSON_MAX_DEPTH);
+    return NULL;
+  }
+  JsonParser *p = json_parser_new_immutable();
+  GError *e = NULL;
+  JsonNode *root = NULL;
+  if (!json_parser_load_from_data(p, d, (gssize)n, &e)) {
+    /* json-glib's messages hold a position, not the input */
+    snprintf(why, why_size, "malformed JSON: %.120s", e ? e->message : "unreadable");
+    if (e) g_error_free(e);
+  } else if (!(root = json_parser_get_root(p)) || !JSON_NODE_HOLDS_OBJECT(root)) {
+    snprintf(why, why_size, "malformed JSON: expected an object");
+  } else {
+    *parser = p;
+    return json_node_get_object(root);
+  }
+  g_object_unref(p);
+  return NULL;
+}

@@ -1,0 +1,57 @@
+/* The server's own accept loop in front of libsoup (listener.c): listening sockets with a real
+ * backlog, TLS, a cap on connections per client address, header/body/idle timeouts, recovery
+ * from running out of file descriptors, and no leaked connections. Route-agnostic plumbing:
+ * it knows HTTP only through libsoup's request signals.
+ *
+ * Why not soup_server_listen(): libsoup 3.2 (Debian 12) never closes a keep-alive connection
+ * the client closes between requests (its idle reader drops EOF on the floor; fixed upstream in
+ * 3.3), listens with GLib's backlog of 10, has no timeouts and no way to recover once accept()
+ * fails with EMFILE. Connections accepted here reach libsoup through
+ * soup_server_accept_iostream() behind a small input stream that sees every read (listener.c
+ * says how that closes what libsoup would leak). All calls on the main loop. */
+#ifndef FC_SERVER_LISTENER_H
+#define FC_SERVER_LISTENER_H
+
+#include <libsoup/soup.h>
+#include <stdint.h>
+
+typedef struct fc_listener fc_listener;
+typedef struct fc_conn fc_conn;
+
+typedef struct fc_listener_params {
+  const char *host;      /* IP address to bind; NULL = every interface (IPv6 and IPv4) */
+  int port;              /* 0 = any free port (fc_listener_port) */
+  int backlog;           /* listen() queue; 0 = 1024 */
+  const char *tls_cert;  /* PEM files: serve HTTPS (and WSS) when both are set */
+  const char *tls_key;
+  int max_per_client;    /* open connections per client address; 0 = 256, < 0 = no cap */
+  int header_timeout_s;  /* first byte (or TLS handshake) to the end of the headers; 0 = 15 */
+  int body_timeout_s;    /* a request body with no byte for this long; 0 = 30 */
+  int idle_timeout_s;    /* a connection with no request (new or kept alive); 0 = 60 */
+  size_t ws_max_message; /* WebSocket messages (all fragments together); 0 = 1 MiB */
+} fc_listener_params;
+
+typedef struct fc_listener_stats {
+  uint64_t open, accepted;
+  uint64_t refused_per_client, refused_no_fd; /* answered 429 / 503 and closed */
+  uint64_t timeout_header, timeout_body, timeout_idle, tls_failed, ws_too_large;
+} fc_listener_stats;
+
+/* Binds and starts accepting into soup (which must not listen itself). NULL and *err (with a
+ * detail) when the address cannot be bound or the TLS files cannot be read. */
+fc_listener *fc_listener_create(SoupServer *soup, const fc_listener_params *p, int *err);
+int fc_listener_port(const fc_listener *l);
+int fc_listener_is_tls(const fc_listener *l);
+void fc_listener_get_stats(fc_listener *l, fc_listener_stats *out);
+/* Stops accepting and closes every connection still open. */
+void fc_listener_destroy(fc_listener *l);
+
+/* The connection a request came on, referenced (NULL if it did not come through a listener).
+ * A WebSocket route marks its connection so that a message can grow to ws_max_message bytes
+ * at most (fc_conn_ws_message after each complete message resets the count). */
+fc_conn *fc_conn_of(SoupServerMessage *msg);
+void fc_conn_mark_websocket(fc_conn *c);
+void fc_conn_ws_message(fc_conn *c);
+void fc_conn_unref(fc_conn *c);
+
+#endif
