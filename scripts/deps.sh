@@ -14,6 +14,7 @@ pkgs=(
   gstreamer1.0-plugins-ugly gstreamer1.0-libav gstreamer1.0-nice
   libsoup-3.0-dev libjson-glib-dev
   python3-skimage python3-numpy python3-scipy ffmpeg chromium
+  glib-networking openssl iproute2 clang libclang-rt-14-dev
 )
 # Node.js 20 (for the browser tests' playwright-core) comes with the machine; Debian's nodejs
 # is 18, too old, so it is installed only where there is no node at all.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every test on a fresh Debian 12 machine: install, then build and run the CTest suite twice —
-# under AddressSanitizer + UndefinedBehaviorSanitizer, then the optimised build, whose CTest
-# summary closes the output. Tests start what they need themselves (the server, headless
+# under AddressSanitizer + UndefinedBehaviorSanitizer, then (after a short run of every fuzzer)
+# the optimised build, whose CTest summary closes the output. Tests start what they need themselves (the server, headless
 # Chromium).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +17,10 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 scripts/build.sh build-asan -DFC_SANITIZE=ON
 (cd build-asan && ctest --output-on-failure -j2 -E e2e_browser) ||
   { echo "sanitizer build: tests failed"; exit 1; }
+
+# Every parser under libFuzzer for a few seconds from its kept corpus (scripts/fuzz.sh; the
+# long runs are recorded in docs/RELIABILITY.md).
+scripts/fuzz.sh 8 || { echo "fuzzing: a target crashed"; exit 1; }
 
 scripts/build.sh build
 cd build && ctest --output-on-failure -j2

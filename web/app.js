@@ -14,7 +14,7 @@ const ui = {
   connect: $('connect'), disconnect: $('disconnect'), muted: $('muted'),
   form: $('say-form'), text: $('text'), send: $('send'), interruptCheck: $('interrupt-check'),
   interrupt: $('interrupt'), mic: $('mic'), micLevel: $('mic-level'), record: $('record'),
-  download: $('download'), log: $('log'),
+  download: $('download'), log: $('log'), apiKey: $('api-key'),
   st: {
     fps: $('st-fps'), decoded: $('st-decoded'), res: $('st-res'), lost: $('st-lost'),
     jitter: $('st-jitter'), jbuf: $('st-jbuf'), rtt: $('st-rtt'),
@@ -90,8 +90,15 @@ function guarded(fn) {
 
 /* Calls the API; resolves with the parsed JSON, or throws an Error carrying the server's msg
  * (and .status) for a 4xx/5xx or {"code":-1} answer. */
+/* A server started with --api-keys wants "Authorization: Bearer KEY" on its control routes;
+ * the key typed into the page is kept in this browser (localStorage) only. */
+function authHeaders() {
+  const key = (localStorage.getItem('facecast-api-key') || '').trim();
+  return key ? { Authorization: `Bearer ${key}` } : {};
+}
+
 async function api(path, body, method = 'POST') {
-  const init = { method, headers: {} };
+  const init = { method, headers: authHeaders() };
   if (body !== undefined) {
     init.headers['Content-Type'] = 'application/json';
     init.body = JSON.stringify(body);
@@ -227,7 +234,7 @@ async function connect() {
     }
     conn.close();
     /* The server may hold a session for this attempt: free it now rather than in 30 s. */
-    if (sid) fetch(`/session/${encodeURIComponent(sid)}`, { method: 'DELETE' }).catch(() => {});
+    if (sid) fetch(`/session/${encodeURIComponent(sid)}`, { method: 'DELETE', headers: authHeaders() }).catch(() => {});
     if (!e.cancelled) showError(e);
     throw e;
   }
@@ -718,6 +725,8 @@ function setUi() {
 ui.connect.addEventListener('click', guarded(() => connect()));
 ui.disconnect.addEventListener('click', guarded(() => disconnect('delete')));
 ui.muted.addEventListener('change', () => { ui.video.muted = ui.muted.checked; });
+ui.apiKey.value = localStorage.getItem('facecast-api-key') || '';
+ui.apiKey.addEventListener('change', () => localStorage.setItem('facecast-api-key', ui.apiKey.value.trim()));
 ui.form.addEventListener('submit', guarded(async () => {
   const text = ui.text.value.trim();
   if (!text) throw new Error('type something to say first');
@@ -738,7 +747,8 @@ ui.text.addEventListener('keydown', (ev) => {
 window.addEventListener('pagehide', () => {
   /* Free the server's session at once rather than when it notices the peer is gone. */
   if (state.sessionid) {
-    fetch(`/session/${encodeURIComponent(state.sessionid)}`, { method: 'DELETE', keepalive: true }).catch(() => {});
+    fetch(`/session/${encodeURIComponent(state.sessionid)}`,
+          { method: 'DELETE', keepalive: true, headers: authHeaders() }).catch(() => {});
   }
   if (pc) pc.close();
 });

@@ -29,6 +29,8 @@ const char *fc_haar_default_cascade(void);
 /* Loads a cascade (new "opencv-cascade-classifier" format, BOOST, HAAR, untilted features).
  * Returns NULL and sets *err (FC_ENOTFOUND, FC_EFORMAT, FC_EUNSUPPORTED) with a detail. */
 fc_haar *fc_haar_load(const char *xml_path, int *err);
+/* The same from memory (name is used in error details). */
+fc_haar *fc_haar_load_mem(const void *data, size_t size, const char *name, int *err);
 void fc_haar_destroy(fc_haar *h);
 
 /* Detects objects in an 8-bit grey image. Writes at most max_out rectangles to out, sorted by

@@ -81,6 +81,10 @@ fc_live *fc_live_create(const fc_live_params *p, const char *offer_sdp,
 /* Whether `preset` is one of x264's speed presets (the live encoder's): 0, or FC_EINVAL with a
  * detail. For checking options before any session. */
 int fc_live_check_preset(const char *preset);
+/* Checks a WebRTC offer as fc_live_create does before it builds anything (an SDP with H.264
+ * video in packetization mode 1 and Opus audio): 0 or FC_EINVAL with a detail. Builds nothing;
+ * the offer's parsing, on its own (tests/fuzz/fuzz_sdp.c). */
+int fc_live_check_offer(const char *sdp);
 
 /* Stops the pipeline and frees everything; no callback runs after it returns. NULL is fine. */
 void fc_live_destroy(fc_live *l);

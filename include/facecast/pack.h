@@ -93,6 +93,9 @@ typedef struct fc_pack fc_pack;
 /* Maps a pack read-only. NULL with *err set: FC_ENOTFOUND, FC_EIO, FC_EFORMAT (detail),
  * FC_EUNSUPPORTED (a newer version, or version 1), FC_ENOMEM. */
 fc_pack *fc_pack_open(const char *path, int *err);
+/* The same over a copy of size bytes in memory (name is used in error details); for tools
+ * and fuzzing: fc_pack_verify needs a file. */
+fc_pack *fc_pack_open_mem(const void *data, size_t size, const char *name, int *err);
 void fc_pack_close(fc_pack *p);
 const fc_pack_info *fc_pack_get_info(const fc_pack *p);
 /* The header's "meta" object as JSON text ("{}" when none); valid while the pack is open. */

@@ -359,7 +359,8 @@ static void *take(GArray **a) {
   return p;
 }
 
-fc_haar *fc_haar_load(const char *xml_path, int *err) {
+/* From the file xml_path, or from mem (size bytes; xml_path names it in messages). */
+static fc_haar *load(const char *xml_path, const char *mem, size_t mem_size, int *err) {
   int dummy;
   if (!err) err = &dummy;
   *err = FC_OK;
@@ -386,7 +387,10 @@ fc_haar *fc_haar_load(const char *xml_path, int *err) {
   c.leaves = g_array_new(FALSE, FALSE, sizeof(float));
   c.features = g_array_new(FALSE, FALSE, sizeof(haar_feature));
 
-  if (!g_file_get_contents(xml_path, &data, &size, &gerr)) {
+  if (mem) {
+    data = g_strndup(mem, mem_size); /* g_markup wants no NUL inside: a NUL ends the text */
+    size = strlen(data);
+  } else if (!g_file_get_contents(xml_path, &data, &size, &gerr)) {
     int code = g_error_matches(gerr, G_FILE_ERROR, G_FILE_ERROR_NOENT) ? FC_ENOTFOUND : FC_EIO;
     *err = fc_error_set(code, "%s: %s", xml_path, gerr->message);
     goto cleanup;
@@ -440,6 +444,16 @@ cleanup:
   if (c.leaves) g_array_free(c.leaves, TRUE);
   if (c.features) g_array_free(c.features, TRUE);
   return h;
+}
+
+fc_haar *fc_haar_load(const char *xml_path, int *err) { return load(xml_path, NULL, 0, err); }
+
+fc_haar *fc_haar_load_mem(const void *data, size_t size, const char *name, int *err) {
+  if (!data) {
+    if (err) *err = fc_error_set(FC_EINVAL, "fc_haar_load_mem: NULL data");
+    return NULL;
+  }
+  return load(name ? name : "cascade", data, size, err);
 }
 
 /* ---- Detection ------------------------------------------------------------------------- */

@@ -92,6 +92,7 @@
  * bench pack`.
  */
 #include "avatar/pack_internal.h"
+#include "core/jsonin.h"
 
 const char pk_magic[8] = {'F', 'C', 'A', 'V', 'P', 'A', 'C', 'K'};
 const char *const pk_sec_name[S_COUNT] = {"tiles", "tilemap", "index", "boxes", "landmarks",
@@ -243,40 +244,12 @@ uint64_t pk_item_bytes(const fc_pack_info *in, int s) {
   }
 }
 
-/* json-glib recurses once per nesting level (100,000 levels overflow the stack) and reads a
- * "\u0000" escape as the end of the string; both are refused before it sees the text. */
-const char *pk_json_prescan(const char *s, size_t n) {
-  int depth = 0, in_str = 0;
-  for (size_t i = 0; i < n; i++) {
-    char c = s[i];
-    if (in_str) {
-      if (c == '\\') {
-        if (n - i > 5 && memcmp(s + i + 1, "u0000", 5) == 0) return "holds a \\u0000 escape";
-        i++;
-      } else if (c == '"') {
-        in_str = 0;
-      }
-    } else if (c == '"') {
-      in_str = 1;
-    } else if (c == '{' || c == '[') {
-      if (++depth > MAX_DEPTH) return "nests deeper than 32 levels";
-    } else if (c == '}' || c == ']') {
-      depth--;
-    }
-  }
-  return NULL;
-}
-
 /* Parses JSON text that must be an object. Returns the parser (owner of *root) or NULL with a
  * reason in why. json-glib is lenient in ways that do not matter here (it keeps the last of
  * duplicate keys, takes comments and single quotes): the header's CRC is what refuses a
  * damaged header, and every field is then checked for type and range. */
 JsonParser *pk_json_object_parse(const char *s, size_t n, JsonNode **root, char *why, size_t wn) {
-  const char *bad = NULL;
-  if (!g_utf8_validate(s, (gssize)n, NULL))
-    bad = "is not UTF-8 (or holds a NUL byte)";
-  else
-    bad = pk_json_prescan(s, n);
+  const char *bad = fc_json_prescan(s, n, MAX_DEPTH);
   if (bad) {
     snprintf(why, wn, "%s", bad);
     return NULL;

@@ -107,7 +107,6 @@ int pk_clip_ok(const fc_pack_clip *c, const fc_pack_clip *prev, int nprev, int f
                size_t n);
 uint64_t pk_clip_audio_bytes(const fc_pack_clip *c);
 uint64_t pk_item_bytes(const fc_pack_info *in, int s);
-const char *pk_json_prescan(const char *s, size_t n);
 JsonParser *pk_json_object_parse(const char *s, size_t n, JsonNode **root, char *why, size_t wn);
 
 #endif

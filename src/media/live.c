@@ -1390,6 +1390,14 @@ int fc_live_push_delta(fc_live *l, const uint8_t *i420, const fc_i420_delta *del
   return 0;
 }
 
+int fc_live_check_offer(const char *sdp) {
+  GstSDPMessage *msg = NULL;
+  offer_choice ch;
+  int err = parse_offer(sdp, &msg, &ch);
+  if (msg) gst_sdp_message_free(msg);
+  return err;
+}
+
 int fc_live_check_preset(const char *preset) {
   if (!fc_x264_preset_known(preset))
     return fc_error_set(FC_EINVAL, "--preset: unknown x264 speed preset '%s'", preset ? preset : "");

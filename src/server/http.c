@@ -11,7 +11,7 @@
  */
 #include "facecast/error.h"
 #include "server/internal.h"
-#include "server/jsonin.h"
+#include "core/jsonin.h"
 #include "server/keys.h"
 
 #include <json-glib/json-glib.h>

@@ -317,14 +317,19 @@ typedef struct ws_ctx {
 static void ws_message(SoupWebsocketConnection *c, gint type, GBytes *msg, gpointer user) {
   ws_ctx *w = user;
   fc_conn_ws_message(w->conn);
+  /* A message can still arrive after a close frame began the closing handshake; then there
+   * is nothing to answer (libsoup sends only on an open connection). */
+  const int open = soup_websocket_connection_get_state(c) == SOUP_WEBSOCKET_STATE_OPEN;
   if (type != SOUP_WEBSOCKET_DATA_BINARY) {
-    soup_websocket_connection_send_text(
-        c, "{\"code\":-1,\"msg\":\"send binary PCM16LE, 16 kHz mono\"}");
+    if (open)
+      soup_websocket_connection_send_text(
+          c, "{\"code\":-1,\"msg\":\"send binary PCM16LE, 16 kHz mono\"}");
     return;
   }
   fc_session *s = fc_session_find(w->srv, w->id);
   if (!s) {
-    soup_websocket_connection_close(c, SOUP_WEBSOCKET_CLOSE_POLICY_VIOLATION, "session closed");
+    if (open)
+      soup_websocket_connection_close(c, SOUP_WEBSOCKET_CLOSE_POLICY_VIOLATION, "session closed");
     return;
   }
   gsize n;

@@ -246,14 +246,7 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
   }
   g_thread_pool_set_sort_function(srv->workers, job_order, NULL);
 
-  if (srv->p.api_keys) {
-    if (!(srv->keys = fc_keys_load(srv->p.api_keys, err))) goto fail;
-    g_message("API keys: %d from %s; control routes need 'Authorization: Bearer KEY'",
-              fc_keys_count(srv->keys), srv->p.api_keys);
-  } else {
-    g_message("no API keys (--api-keys FILE): anyone who reaches this port may open sessions; "
-              "a session id is the only credential for acting on its session");
-  }
+  if (srv->p.api_keys && !(srv->keys = fc_keys_load(srv->p.api_keys, err))) goto fail;
   srv->soup = soup_server_new("server-header", "facecast", NULL);
   fc_http_register(srv);
   fc_listener_params lp = {.host = srv->p.host,
@@ -269,6 +262,12 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
   srv->port = fc_listener_port(srv->listener);
 
   if ((*err = fc_pacer_start(srv))) goto fail;
+  if (srv->keys)
+    g_message("API keys: %d from %s; control routes need 'Authorization: Bearer KEY'",
+              fc_keys_count(srv->keys), srv->p.api_keys);
+  else
+    g_message("no API keys (--api-keys FILE): anyone who reaches this port may open sessions; "
+              "a session id is the only credential for acting on its session");
   *err = FC_OK;
   return srv;
 fail:

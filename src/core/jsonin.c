@@ -1,25 +1,34 @@
 /* Request bodies as JSON: a nesting guard in front of json-glib (see jsonin.h). */
-#include "server/jsonin.h"
+#include "core/jsonin.h"
 
 #include <stdio.h>
 #include <string.h>
 
-int fc_json_depth_ok(const char *d, size_t n, int max_depth) {
+const char *fc_json_prescan(const char *d, size_t n, int max_depth) {
+  static _Thread_local char why[64];
+  if (!g_utf8_validate(d, (gssize)n, NULL)) return "is not UTF-8 (or holds a NUL byte)";
   int depth = 0, in_str = 0;
   for (size_t i = 0; i < n; i++) {
     char c = d[i];
     if (in_str) {
-      if (c == '\\') i++; /* the escaped character cannot end the string */
-      else if (c == '"') in_str = 0;
+      if (c == '\\') {
+        if (n - i > 5 && memcmp(d + i + 1, "u0000", 5) == 0) return "holds a \\u0000 escape";
+        i++; /* the escaped character cannot end the string */
+      } else if (c == '"') {
+        in_str = 0;
+      }
     } else if (c == '"') {
       in_str = 1;
     } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return 0;
+      if (++depth > max_depth) {
+        snprintf(why, sizeof why, "nests deeper than %d levels", max_depth);
+        return why;
+      }
     } else if (c == ']' || c == '}') {
       depth--;
     }
   }
-  return 1;
+  return NULL;
 }
 
 JsonObject *fc_json_parse_object(const char *d, size_t n, JsonParser **parser, char *why,
@@ -31,8 +40,9 @@ JsonObject *fc_json_parse_object(const char *d, size_t n, JsonParser **parser, c
     snprintf(why, why_size, "malformed JSON: empty body");
     return NULL;
   }
-  if (!fc_json_depth_ok(d, n, FC_JSON_MAX_DEPTH)) {
-    snprintf(why, why_size, "malformed JSON: nested deeper than %d levels", FC_JSON_MAX_DEPTH);
+  const char *bad = fc_json_prescan(d, n, FC_JSON_MAX_DEPTH);
+  if (bad) {
+    snprintf(why, why_size, "malformed JSON: %s", bad);
     return NULL;
   }
   JsonParser *p = json_parser_new_immutable();

@@ -1,0 +1,21 @@
+/* JSON from outside (jsonin.c): json-glib behind a guard. json-glib recurses once per nesting
+ * level on the calling thread (the server's main loop), so 75,000 '[' overflow its stack, and it
+ * reads a "\u0000" escape as the end of a string; the guard scans the text first. Used by the
+ * HTTP routes and the pack reader; fuzzed by tests/fuzz/fuzz_json.c. */
+#ifndef FC_CORE_JSONIN_H
+#define FC_CORE_JSONIN_H
+
+#include <json-glib/json-glib.h>
+#include <stddef.h>
+
+#define FC_JSON_MAX_DEPTH 32
+
+/* NULL when d[0..n) is UTF-8 without NULs, nests no deeper than max_depth and holds no
+ * "\u0000" escape; else the reason ("nests deeper than 32 levels", ...). */
+const char *fc_json_prescan(const char *d, size_t n, int max_depth);
+/* The body as a JSON object, with *parser holding it (g_object_unref it); NULL with a one-line
+ * reason in why (no input quoted) when it is empty, too deep, malformed or not an object. */
+JsonObject *fc_json_parse_object(const char *d, size_t n, JsonParser **parser, char *why,
+                                 size_t why_size);
+
+#endif

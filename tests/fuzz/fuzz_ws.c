@@ -1,0 +1,51 @@
+/* libFuzzer: WebSocket microphone audio (/ws/audio) through a real server in this process
+ * (harness.h): each input is written raw, as frames, to a fresh upgraded connection on a live
+ * session; then the server must still answer. */
+#include "fuzz.h"
+#include "harness.h"
+
+#include <poll.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  fc_fuzz_server_start();
+  return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  int fd = fc_fuzz_connect();
+  char req[512];
+  int k = snprintf(req, sizeof req,
+                   "GET /ws/audio?sessionid=%s HTTP/1.1\r\nHost: fuzz\r\nUpgrade: websocket\r\n"
+                   "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                   "Sec-WebSocket-Version: 13\r\n\r\n",
+                   fc_fuzz_session());
+  if (send(fd, req, (size_t)k, MSG_NOSIGNAL) != k) __builtin_trap();
+  char buf[4096];
+  size_t got = 0;
+  for (int i = 0; i < 5000 && !memmem(buf, got, "\r\n\r\n", 4); i++) {
+    fc_fuzz_pump(0);
+    struct pollfd pf = {fd, POLLIN, 0};
+    if (poll(&pf, 1, 1) > 0) {
+      ssize_t r = recv(fd, buf + got, sizeof buf - got, 0);
+      if (r <= 0) break;
+      got += (size_t)r;
+    }
+  }
+  if (got < 12 || memcmp(buf, "HTTP/1.1 101", 12) != 0) __builtin_trap(); /* upgrade refused */
+  /* the input as it comes, in pieces the server reads between */
+  for (size_t off = 0; off < size;) {
+    size_t piece = size - off < 4096 ? size - off : 4096;
+    if (send(fd, data + off, piece, MSG_NOSIGNAL | MSG_DONTWAIT) <= 0) break;
+    off += piece;
+    fc_fuzz_pump(0);
+  }
+  for (int i = 0; i < 8; i++) fc_fuzz_pump(0); /* the server reads what is left */
+  close(fd);
+  fc_fuzz_pump(0);
+  if (fc_fuzz_request("GET", "/healthz", "text/plain", (const uint8_t *)"", 0) != 200)
+    __builtin_trap();
+  return 0;
+}
