@@ -6,6 +6,9 @@
 #include "facecast/lipsync.h"
 #include "facecast/tts.h"
 
+#include <getopt.h>
+#include <glib.h>
+
 /* Exit codes: bad input or usage (the user can fix it) vs. a failure inside facecast. */
 enum { FC_EXIT_OK = 0, FC_EXIT_FAIL = 1, FC_EXIT_INPUT = 2 };
 
@@ -35,6 +38,12 @@ int fc_cli_parse_size(const char *s, int *w, int *h);
 
 /* Loads the avatar (path NULL: the default avatar) at the given size and framing. */
 fc_avatar *fc_cli_load_avatar(const char *path, int w, int h, const char *framing, int *err);
+
+/* --config FILE (config.c): argv with the file's options (YAML: long option names as keys)
+ * placed before the command line's, which override them; *keep owns the new argv (free it
+ * with g_ptr_array_free(keep, TRUE) when done). argv unchanged without --config. */
+int fc_cli_with_config(int argc, char **argv, const struct option *opts, int *argc_out,
+                       char ***argv_out, GPtrArray **keep);
 
 /* Monotonic seconds. */
 double fc_cli_now(void);

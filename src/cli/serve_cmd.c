@@ -18,9 +18,11 @@ static void serve_usage(FILE *f) {
         "                      [--tls-cert FILE --tls-key FILE] [--max-conns-per-client N]\n"
         "                      [--header-timeout S] [--body-timeout S] [--idle-timeout S]\n"
         "                      [--api-keys FILE] [--media-dir DIR[:DIR...]] [--metrics-session-ids]\n"
-        "                      [--quiet]\n"
+        "                      [--config FILE] [--quiet]\n"
         "\n"
-        "Open http://HOST:PORT/ in a browser, press Connect and type a sentence.\n",
+        "Open http://HOST:PORT/ in a browser, press Connect and type a sentence.\n"
+        "--config FILE: a YAML file of these options (e.g. 'api_keys: /etc/facecast/keys',\n"
+        "'quiet: true', 'media_dir: [/srv/a, /srv/b]'); options given here override it.\n",
         f);
 }
 
@@ -71,10 +73,14 @@ int fc_cmd_serve(int argc, char **argv) {
                                        {"api-keys", required_argument, 0, 1007},
                                        {"media-dir", required_argument, 0, 1008},
                                        {"metrics-session-ids", no_argument, 0, 1009},
+                                       {"config", required_argument, 0, 1010},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   fc_server_params p = fc_server_params_default();
   int c, err;
+  /* the options point into it for the server's whole life: kept until exit */
+  static GPtrArray *keep;
+  if ((err = fc_cli_with_config(argc, argv, opts, &argc, &argv, &keep))) return fc_cli_fail(err);
   optind = 1;
   opterr = 0;
   while ((c = getopt_long(argc, argv, "qh", opts, NULL)) != -1) {
@@ -133,6 +139,7 @@ int fc_cmd_serve(int argc, char **argv) {
     case 1007: p.api_keys = optarg; break;
     case 1008: p.media_dirs = optarg; break;
     case 1009: p.metrics_session_ids = 1; break;
+    case 1010: break; /* --config: read before */
     case 'h': serve_usage(stdout); return FC_EXIT_OK;
     default:
       fprintf(stderr, "facecast: error: serve: unknown or incomplete option '%s'\n",

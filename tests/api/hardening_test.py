@@ -317,6 +317,23 @@ def keys_and_sessions():
     check("no API keys" in said, "an open server says so at start-up")
     r = subprocess.run([BIN, "serve", "--port", "0", "--api-keys", "/no/such/keys"], capture_output=True, text=True)
     check(r.returncode == 2 and "keys" in r.stderr, "serve with a missing keys file: exit 2")
+    # the same from a config file (YAML: the long options as keys); the command line wins
+    cfg = os.path.join(d, "facecast.yaml")
+    with open(cfg, "w") as f:
+        f.write(f"api_keys: {kf}\nmax_sessions: 1\nmetrics_session_ids: false\n")
+    proc, port = A.start_server("--config", cfg, "--max-sessions", "2")
+    c = A.Client(port)
+    st, js, _, _ = c.req("POST", "/offer", {"sdp": A.offer_sdp(), "type": "offer"})
+    check(A.is_error(st, js, 401), "config api_keys: a key is needed")
+    st, js, _, _ = c.req("GET", "/healthz")
+    check(st == 200 and js["data"]["max_sessions"] == 2, "the command line overrides the config file")
+    proc.terminate()
+    proc.wait(15)
+    with open(cfg, "w") as f:
+        f.write("api_keys: [\n")
+    r = subprocess.run([BIN, "serve", "--port", "0", "--config", cfg], capture_output=True, text=True)
+    check(r.returncode == 2 and r.stderr.count("\n") == 1 and "facecast.yaml:" in r.stderr,
+          "a malformed config file: one line naming it, exit 2")
     import shutil
     shutil.rmtree(d, ignore_errors=True)
 

@@ -1,0 +1,275 @@
+/* Soak: a command, not a CI test (scripts/soak.sh). One server, for CHURN_MIN minutes (30):
+ *  - real WebRTC peers (headless Chromium pages) open and close sessions in turn, rounds of 20
+ *    (half by pc.close(), half by DELETE), each talking a sentence while it is open;
+ *  - a steady stream of HTTP requests beside them (health, metrics, a session's state, bad
+ *    JSON, unknown sessions, new and kept-alive connections), about 20 a second;
+ *  - and, for TALK_MIN minutes (60), one more session that talks without a pause and is
+ *    recorded from its first minute to its last; at the end tone bursts go in through
+ *    /humanaudio and the recording's last seconds give the A/V offset after the hour (the
+ *    mouth's onsets against the bursts', as tests/browser/avsync.test.mjs does).
+ * Every minute the server's RSS, open fds and threads are sampled. After the churn: RSS growth
+ * from the baseline (taken after the first round) must stay under 5 %, and fds and threads
+ * must be back where they were. Prints a report and writes it as JSON to the path in
+ * SOAK_REPORT (default build/soak-report.json). Exit 1 when a bound is broken. */
+import fs from 'node:fs';
+import http from 'node:http';
+import path from 'node:path';
+import {
+  closeBrowser, delay, fdCount, ffmpeg, health, launchBrowser, multipart, openPage, request, rssKb,
+  stopClean, waitFor, wavBuffer,
+} from './helpers.mjs';
+import { repoRoot, startServer } from './server.mjs';
+
+const CHURN_MIN = Number(process.env.CHURN_MIN || 30);
+const TALK_MIN = Number(process.env.TALK_MIN || 60);
+const ROUND = 20;
+const FPS = 25;
+const REPORT = process.env.SOAK_REPORT || path.join(repoRoot, 'build', 'soak-report.json');
+
+const threads = (pid) => Number(/Threads:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))[1]);
+const stamp = () => new Date().toISOString().slice(11, 19);
+const say = (s) => console.log(`[${stamp()}] ${s}`);
+
+/* ---- the steady HTTP stream -------------------------------------------------------------- */
+
+function httpStream(base, talkId, stopAt) {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 2 });
+  const stats = { sent: 0, byStatus: {} };
+  const kinds = [
+    () => ['GET', '/healthz'],
+    () => ['GET', '/metrics'],
+    () => ['POST', '/is_speaking', { sessionid: talkId() }],
+    () => ['POST', '/is_speaking', { sessionid: 'no-such-session' }],
+    () => ['POST', '/human', '{"sessionid": [1,'],
+    () => ['GET', '/no-such-page.js'],
+  ];
+  const one = (k) => new Promise((resolve) => {
+    const [method, p, body] = kinds[k % kinds.length]();
+    const data = body === undefined ? undefined : Buffer.from(typeof body === 'string' ? body : JSON.stringify(body));
+    const req = http.request(`${base}${p}`, {
+      method, agent: k % 2 ? agent : false, timeout: 10000,
+      headers: data ? { 'Content-Type': 'application/json', 'Content-Length': data.length } : {},
+    }, (res) => {
+      res.resume();
+      res.on('end', () => {
+        stats.byStatus[res.statusCode] = (stats.byStatus[res.statusCode] || 0) + 1;
+        resolve();
+      });
+    });
+    req.on('error', () => { stats.byStatus.error = (stats.byStatus.error || 0) + 1; resolve(); });
+    req.on('timeout', () => req.destroy());
+    if (data) req.write(data);
+    req.end();
+  });
+  const done = (async () => {
+    for (let k = 0; Date.now() < stopAt; k++) {
+      await one(k);
+      stats.sent++;
+      await delay(50);
+    }
+    agent.destroy();
+  })();
+  return { stats, done };
+}
+
+/* ---- the churn ---------------------------------------------------------------------------- */
+
+async function churnRound(browser, base, out) {
+  const page = await openPage(browser, base);
+  for (let i = 0; i < ROUND; i++) {
+    const id = await page.evaluate(() => window.fc.connect());
+    await waitFor(() => page.evaluate(async () => {
+      const s = await window.fc.getStats();
+      return s && s.video && s.video.framesDecoded >= 5;
+    }), { timeoutMs: 15000, what: '5 decoded frames' });
+    await page.evaluate(() => window.fc.say('Hello, this session opens and closes in turn.'));
+    await delay(1500);
+    const how = i % 2 ? 'delete' : 'close';
+    await page.evaluate((h) => window.fc.disconnect(h), how);
+    out.sessions++;
+    /* a closed peer is noticed within seconds; a DELETE at once */
+    const t0 = Date.now();
+    while (Date.now() - t0 < 15000) {
+      const r = await request('POST', `${base}/is_speaking`, { json: { sessionid: id } });
+      if (r.status === 404) break;
+      await delay(200);
+    }
+  }
+  await page.context().close();
+}
+
+/* ---- the hour of talk --------------------------------------------------------------------- */
+
+const RATE = 44100, BURSTS = [0.52, 1.36, 2.24, 3.12], BURST_LEN = 0.3;
+
+function burstWav() {
+  const s = new Float32Array(Math.round(4.0 * RATE));
+  const len = Math.round(BURST_LEN * RATE), ramp = 40;
+  for (const b of BURSTS) {
+    const a = Math.round(b * RATE);
+    for (let i = 0; i < len; i++) {
+      const env = i < ramp ? i / ramp : i > len - ramp ? (len - i) / ramp : 1;
+      s[a + i] = 0.5 * env * Math.sin((2 * Math.PI * 300 * i) / RATE);
+    }
+  }
+  return wavBuffer(s, RATE);
+}
+
+function audioOnsets(pcm) { /* first sample over 0.1 of full scale after >= 100 ms of quiet */
+  const out = [];
+  let quiet = 0;
+  for (let i = 0; i < pcm.length; i++) {
+    if (Math.abs(pcm[i]) > 3277) {
+      if (quiet >= 1600) out.push(i / 16000);
+      quiet = 0;
+    } else {
+      quiet++;
+    }
+  }
+  return out;
+}
+
+/* The A/V offsets (video − audio, s) of the bursts in the last `tail` seconds of the file. */
+async function tailOffsets(mp4, hz, tail) {
+  const araw = await ffmpeg(['-sseof', `-${tail}`, '-i', mp4, '-vn', '-f', 's16le', '-ac', '1', '-ar', '16000', '-']);
+  const vraw = await ffmpeg(['-sseof', `-${tail}`, '-i', mp4, '-an', '-f', 'rawvideo', '-pix_fmt', 'gray', '-']);
+  const pcm = new Int16Array(araw.buffer, araw.byteOffset, araw.length >> 1);
+  const aon = audioOnsets(pcm).slice(-BURSTS.length);
+  const W = hz.width, H = hz.height, m = hz.mouth, nf = vraw.length / (W * H);
+  /* the two decodes start at the same key frame: their starts agree within a frame */
+  const crop = (f) => {
+    const o = new Uint8Array(m.w * m.h);
+    for (let y = 0; y < m.h; y++) {
+      const off = f * W * H + (m.y + y) * W + m.x;
+      o.set(vraw.subarray(off, off + m.w), y * m.w);
+    }
+    return o;
+  };
+  const restFrame = Math.floor((aon[0] - 0.2) * FPS);
+  const rest = crop(restFrame);
+  const diff = [];
+  for (let f = 0; f < nf; f++) {
+    const c = crop(f);
+    let s = 0;
+    for (let k = 0; k < c.length; k++) s += Math.abs(c[k] - rest[k]);
+    diff.push(s / c.length);
+  }
+  const peak = Math.max(...diff.slice(restFrame));
+  const von = [];
+  for (let f = restFrame + 1; f < nf && von.length < BURSTS.length; f++)
+    if (diff[f] > peak / 3 && diff[f - 1] <= peak / 3) von.push(f);
+  return { audio: aon, frames: von, offsets: von.map((f, b) => f / FPS - aon[b]), peak,
+           audioSeconds: pcm.length / 16000, videoFrames: nf };
+}
+
+async function talkHour(browser, base, rep) {
+  const page = await openPage(browser, base);
+  const id = await page.evaluate(() => window.fc.connect());
+  rep.talk.id = id;
+  await page.evaluate(() => window.fc.startRecording());
+  const t0 = Date.now(), end = t0 + TALK_MIN * 60000;
+  const lines = [
+    'The quick brown fox jumps over the lazy dog, again and again, all through the night.',
+    'This session has been talking for a long time, and its mouth must still match its voice.',
+    'Numbers: one, two, three, four, five, six, seven, eight, nine, ten.',
+  ];
+  let k = 0;
+  /* keep 5 to 20 s of speech queued: never silent, never refused */
+  while (Date.now() < end - 20000) {
+    const r = await request('POST', `${base}/human`, { json: { sessionid: id, text: lines[k++ % lines.length], type: 'echo' } });
+    if (r.status !== 200) rep.talk.refused = (rep.talk.refused || 0) + 1;
+    await delay(4000);
+  }
+  rep.talk.requests = k;
+  await waitFor(async () => !(await page.evaluate(() => window.fc.isSpeaking())), { timeoutMs: 60000, what: 'quiet' });
+  await delay(800);
+  const { body, contentType } = multipart([
+    { name: 'sessionid', value: id },
+    { name: 'file', filename: 'bursts.wav', type: 'audio/wav', data: burstWav() },
+  ]);
+  const up = await request('POST', `${base}/humanaudio`, { body, headers: { 'Content-Type': contentType } });
+  if (up.status !== 200) throw new Error(`/humanaudio: ${up.text()}`);
+  await delay(5000);
+  const url = await page.evaluate(() => window.fc.stopRecording());
+  const rec = await request('GET', `${base}${url}`, { timeoutMs: 300000 });
+  const mp4 = path.join(path.dirname(REPORT), 'soak-talk.mp4');
+  fs.writeFileSync(mp4, rec.body);
+  rep.talk.recordingBytes = rec.body.length;
+  const dur = await ffmpeg(['-i', mp4, '-f', 'null', '-']).then(() => null, () => null);
+  void dur;
+  rep.talk.minutes = (Date.now() - t0) / 60000;
+  Object.assign(rep.talk, await tailOffsets(mp4, await health(base), 6));
+  await page.evaluate(() => window.fc.disconnect('delete'));
+  await page.context().close();
+}
+
+/* ---- main --------------------------------------------------------------------------------- */
+
+async function main() {
+  const srv = await startServer({ args: ['--max-sessions', '24'] });
+  const browser = await launchBrowser();
+  const rep = { started: new Date().toISOString(), churnMinutes: CHURN_MIN, talkMinutes: TALK_MIN,
+                samples: [], churn: { sessions: 0, rounds: 0 }, talk: {}, ok: true, failures: [] };
+  const sample = (what) => {
+    const s = { t: (Date.now() - t0) / 60000, what, rssMb: rssKb(srv.pid) / 1024, fds: fdCount(srv.pid),
+                threads: threads(srv.pid) };
+    rep.samples.push(s);
+    say(`${what}: RSS ${s.rssMb.toFixed(1)} MB, ${s.fds} fds, ${s.threads} threads`);
+    return s;
+  };
+  const t0 = Date.now();
+  let talkId = 'none';
+  const talk = talkHour(browser, srv.url, rep).catch((e) => { rep.failures.push(`talk: ${e.message}`); });
+  await waitFor(() => rep.talk.id !== undefined, { timeoutMs: 30000, what: 'the talking session' });
+  talkId = rep.talk.id;
+  const churnEnd = t0 + CHURN_MIN * 60000;
+  const stream = httpStream(srv.url, () => talkId, churnEnd);
+  const timer = setInterval(() => sample('minute'), 60000);
+
+  /* warm-up round, then the baseline */
+  await churnRound(browser, srv.url, rep.churn);
+  rep.churn.rounds++;
+  await delay(3000);
+  const base = sample('baseline (after the first round)');
+  while (Date.now() < churnEnd) {
+    await churnRound(browser, srv.url, rep.churn);
+    rep.churn.rounds++;
+  }
+  await stream.done;
+  rep.http = stream.stats;
+  await delay(5000);
+  const endChurn = sample('after the churn');
+  rep.churn.rssGrowthPct = 100 * (endChurn.rssMb - base.rssMb) / base.rssMb;
+  rep.churn.fdDelta = endChurn.fds - base.fds;
+  rep.churn.threadDelta = endChurn.threads - base.threads;
+  if (!(rep.churn.rssGrowthPct < 5)) rep.failures.push(`RSS grew ${rep.churn.rssGrowthPct.toFixed(1)} % (limit 5 %)`);
+  if (Math.abs(rep.churn.fdDelta) > 2) rep.failures.push(`fds ${base.fds} -> ${endChurn.fds}`);
+  if (Math.abs(rep.churn.threadDelta) > 2) rep.failures.push(`threads ${base.threads} -> ${endChurn.threads}`);
+
+  await talk;
+  clearInterval(timer);
+  const offs = rep.talk.offsets || [];
+  if (offs.length !== BURSTS.length) rep.failures.push(`A/V: ${offs.length} of ${BURSTS.length} bursts found`);
+  else if (offs.some((o) => Math.abs(o) > 0.04 + 1e-9))
+    rep.failures.push(`A/V offset after ${TALK_MIN} min: ${offs.map((o) => `${Math.round(o * 1000)} ms`).join(', ')}`);
+  const health1 = await health(srv.url);
+  rep.sessionsAtEnd = health1.sessions;
+  sample('end');
+  await closeBrowser(browser);
+  const stop = await stopClean(srv).then(() => 0, (e) => { rep.failures.push(`stop: ${e.message}`); return 1; });
+  void stop;
+  rep.ok = rep.failures.length === 0;
+  rep.finished = new Date().toISOString();
+  fs.mkdirSync(path.dirname(REPORT), { recursive: true });
+  fs.writeFileSync(REPORT, JSON.stringify(rep, null, 2));
+  say(`churn: ${rep.churn.sessions} sessions in ${rep.churn.rounds} rounds; HTTP ${rep.http.sent} requests ` +
+      `${JSON.stringify(rep.http.byStatus)}; RSS ${rep.churn.rssGrowthPct.toFixed(2)} %, fds Δ ${rep.churn.fdDelta}, ` +
+      `threads Δ ${rep.churn.threadDelta}`);
+  say(`talk: ${(rep.talk.minutes || 0).toFixed(1)} min, ${rep.talk.requests} sentences, recording ` +
+      `${((rep.talk.recordingBytes || 0) / 1e6).toFixed(1)} MB; A/V offsets at the end ` +
+      `${offs.map((o) => `${Math.round(o * 1000)} ms`).join(', ')}`);
+  say(rep.ok ? `soak passed (report: ${REPORT})` : `soak FAILED: ${rep.failures.join('; ')}`);
+  process.exit(rep.ok ? 0 : 1);
+}
+
+main().catch((e) => { console.error(e); process.exit(1); });
