@@ -18,6 +18,13 @@
 #          EXTRA="..." adds bench serve options (e.g. --opus-complexity 1); TAG names the files.
 #          X=/tmp/other with a bundle dir of another build (e.g. build-serve-old/) runs that one
 #          beside it on the same machine (A/B: machines of this kind differ by up to a third).
+#          `[FREES="6000 2500 1200 600"] [LATE_FREES="64"] [SESSIONS=192] bash
+#          build-serve-dev/serve-device.sh oom`: the GPU made to run out of memory for real: for
+#          each FREE (MiB), a PyTorch process takes all of the card's memory but FREE, before
+#          bench serve starts (FREES) or LATE_DELAY (10) s after it took the GPU (LATE_FREES,
+#          measured over LATE_SECONDS, 30), beside SESSIONS talking sessions; reports batches
+#          halved after out-of-memory errors, the batch limit, frames per second, failed
+#          productions, sessions still open, the exit status and the commonest log lines.
 set -u
 X=${X:-/tmp/fcserve}
 BUNDLE=$(cd "$(dirname "$0")" && pwd)/b.tar.xz
@@ -62,6 +69,55 @@ test)
   nvidia-smi -L
   (cd $X && ./test_w2l_composite 2>&1 | tee "$OUT/test_composite.log")
   (cd $X && ./test_wav2lip 2>&1 | grep -v "broken copy\|does not look like" | tee "$OUT/test_wav2lip.log") | grep -E "^ok|FAIL|cuda" ;;
+oom)
+  OUT=${OUT:-/tmp}
+  unpack || exit 1; env_up
+  CK=/tmp/bench-$(sha256sum <tools/make_bench_wav2lip.py | cut -c1-12).pth
+  [ -s $CK ] || timeout 100 python3 tools/make_bench_wav2lip.py $CK 2>&1 | tail -2
+  nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv,noheader
+  hog() { # takes all of the card's memory but $1 MiB, and holds it
+    rm -f /tmp/hog.ready
+    python3 - "$1" <<'PY' &
+import sys, time, torch
+free = int(sys.argv[1]) << 20
+blocks = []
+while True:
+    f, t = torch.cuda.mem_get_info()
+    take = min(f - free, 1 << 30)
+    if take < (32 << 20):
+        break
+    blocks.append(torch.empty(take, dtype=torch.uint8, device="cuda"))
+f, t = torch.cuda.mem_get_info()
+print(f"hog: holds {sum(b.numel() for b in blocks) >> 20} MiB; {f >> 20} MiB free of {t >> 20}", flush=True)
+open("/tmp/hog.ready", "w").close()
+time.sleep(3600)
+PY
+    HOG=$!
+    for i in $(seq 120); do [ -e /tmp/hog.ready ] && break; sleep 0.5; done
+  }
+  report() {
+    echo "$1: exit $2; $(grep -o '"final_fps":[^,]*,\|"oom_retries":[^,]*,\|"batch_limit":[^,]*,\|"mean_batch":[^,]*,\|"sessions_alive":[^,]*,\|"production_failures":[^,]*,\|"gpu_mem_peak_mb":[^,]*,' "$3.json" | tr -d '\n')"
+    grep -v "Message\|plugin loader\|^$" "$3.err" | sed 's/session [0-9]*/session N/' | sort | uniq -c | sort -rn | head -5
+  }
+  BENCH="$X/facecast bench serve --model wav2lip --checkpoint $CK --device cuda --avatar $X/share/astronaut.png --preset ultrafast --sessions ${SESSIONS:-192} --json"
+  for FREE in ${FREES:-6000 2500 1200 600}; do # memory short before the server starts
+    hog $FREE
+    timeout 240 $BENCH --seconds 8 >"$OUT/oom_$FREE.json" 2>"$OUT/oom_$FREE.err"
+    RC=$?
+    kill $HOG; wait $HOG 2>/dev/null
+    report "FREE $FREE MiB before the start" $RC "$OUT/oom_$FREE"
+  done
+  for FREE in ${LATE_FREES:-}; do # memory taken while the server runs
+    timeout 240 $BENCH --seconds ${LATE_SECONDS:-30} >"$OUT/late_$FREE.json" 2>"$OUT/late_$FREE.err" &
+    BP=$!
+    for i in $(seq 240); do nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -q . && break; sleep 0.5; done
+    sleep ${LATE_DELAY:-10}
+    hog $FREE
+    wait $BP
+    RC=$?
+    kill $HOG; wait $HOG 2>/dev/null
+    report "FREE $FREE MiB taken while running" $RC "$OUT/late_$FREE"
+  done ;;
 run)
   unpack || exit 1; env_up; OUT=${OUT:-/tmp}
   date -u; grep -m1 "model name" /proc/cpuinfo; nproc

@@ -77,6 +77,10 @@ typedef struct fc_serve_bench {
   double gpu_mem_peak_mb;   /* the GPUs' memory in use at the peak (all devices, every
                              * process), MiB; 0 without */
   unsigned long long dropped, skipped_ticks, late_frames;
+  unsigned long long oom_retries; /* batches halved after the device ran out of memory (window) */
+  int batch_limit;          /* the scheduler's batch size limit at the end (smallest device) */
+  int sessions_alive;       /* sessions still open at the end (none is ever closed by a bench) */
+  unsigned long long production_failures; /* frame productions that failed (speech dropped) */
   /* Where the CPU went, by thread (names with their digits dropped: GStreamer's streaming
    * threads are "v:src" for video, "a:src" for audio, the worker pool's "pool-…"): the
    * largest groups as "name 2.9 %, ..." in % of a core per session. */

@@ -245,28 +245,11 @@ uint64_t pk_item_bytes(const fc_pack_info *in, int s) {
 }
 
 /* Parses JSON text that must be an object. Returns the parser (owner of *root) or NULL with a
- * reason in why. json-glib is lenient in ways that do not matter here (it keeps the last of
- * duplicate keys, takes comments and single quotes): the header's CRC is what refuses a
- * damaged header, and every field is then checked for type and range. */
+ * reason in why. The header's CRC is what refuses a damaged header, and every field is then
+ * checked for type and range. */
 JsonParser *pk_json_object_parse(const char *s, size_t n, JsonNode **root, char *why, size_t wn) {
-  const char *bad = fc_json_prescan(s, n, MAX_DEPTH);
-  if (bad) {
-    snprintf(why, wn, "%s", bad);
-    return NULL;
-  }
-  JsonParser *jp = json_parser_new();
-  GError *e = NULL;
-  if (!json_parser_load_from_data(jp, s, (gssize)n, &e)) {
-    snprintf(why, wn, "does not parse (%s)", e ? e->message : "?");
-    if (e) g_error_free(e);
-    g_object_unref(jp);
-    return NULL;
-  }
-  *root = json_parser_get_root(jp);
-  if (!*root || !JSON_NODE_HOLDS_OBJECT(*root)) {
-    snprintf(why, wn, "is not a JSON object");
-    g_object_unref(jp);
-    return NULL;
-  }
+  JsonObject *o;
+  JsonParser *jp = fc_json_parse_object(s, n, MAX_DEPTH, &o, why, wn);
+  *root = jp ? json_parser_get_root(jp) : NULL;
   return jp;
 }

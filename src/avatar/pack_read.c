@@ -509,6 +509,14 @@ static int check_small(fc_pack *p) {
 
 static int parse_all(fc_pack *p);
 
+/* The end of both opens: p, or NULL (p closed) with the error. */
+static fc_pack *opened(fc_pack *p, int err, int *err_out) {
+  if (err_out) *err_out = err;
+  if (!err) return p;
+  fc_pack_close(p);
+  return NULL;
+}
+
 fc_pack *fc_pack_open(const char *path, int *err_out) {
   int err = FC_OK;
   fc_pack *p = NULL;
@@ -545,13 +553,9 @@ fc_pack *fc_pack_open(const char *path, int *err_out) {
   }
   p->map = map;
   p->size = (size_t)st.st_size;
-  if ((err = parse_all(p))) goto fail;
-  if (err_out) *err_out = FC_OK;
-  return p;
+  err = parse_all(p);
 fail:
-  fc_pack_close(p);
-  if (err_out) *err_out = err;
-  return NULL;
+  return opened(p, err, err_out);
 }
 
 fc_pack *fc_pack_open_mem(const void *data, size_t size, const char *name, int *err_out) {
@@ -569,13 +573,9 @@ fc_pack *fc_pack_open_mem(const void *data, size_t size, const char *name, int *
   memcpy(p->copy, data, size);
   p->map = p->copy;
   p->size = size;
-  if ((err = parse_all(p))) goto fail;
-  if (err_out) *err_out = FC_OK;
-  return p;
+  err = parse_all(p);
 fail:
-  fc_pack_close(p);
-  if (err_out) *err_out = err;
-  return NULL;
+  return opened(p, err, err_out);
 }
 
 static int parse_all(fc_pack *p) {

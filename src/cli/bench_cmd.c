@@ -230,12 +230,14 @@ static int bench_serve(int argc, char **argv) {
              "\"cpu_per_session\":%.4f,\"dropped\":%llu,\"skipped_ticks\":%llu,"
              "\"late_frames\":%llu,\"mean_batch\":%.2f,\"batch_p95_ms\":%.3f,"
              "\"gpu_util_pct\":%.1f,\"gpu_mem_peak_mb\":%.0f,\"kbps\":%.0f,\"encode_delay_ms\":%.2f,"
-             "\"encode_late_pct\":%.2f,\"model\":\"%s\",\"device\":\"%s\",\"batching\":\"%s\",\"holds\":%s}\n",
+             "\"encode_late_pct\":%.2f,\"oom_retries\":%llu,\"batch_limit\":%d,"
+             "\"sessions_alive\":%d,\"production_failures\":%llu,"
+             "\"model\":\"%s\",\"device\":\"%s\",\"batching\":\"%s\",\"holds\":%s}\n",
              r.sessions, r.talking, sp.width, sp.height, r.final_fps, r.late_p50_ms,
              r.late_p99_ms, r.cpu_per_session, r.dropped, r.skipped_ticks, r.late_frames,
              r.mean_batch, r.batch_p95_ms, r.gpu_util_pct, r.gpu_mem_peak_mb, r.kbps,
-             r.encode_delay_ms, r.encode_late_pct, model, device,
-             mode, holds ? "true" : "false");
+             r.encode_delay_ms, r.encode_late_pct, r.oom_retries, r.batch_limit, r.sessions_alive,
+             r.production_failures, model, device, mode, holds ? "true" : "false");
     else
       printf("%8d  %9.2f  %11.2f  %11.2f  %10.1f%%  %5.1f  %5s  %7s  %7llu  %s\n", r.sessions,
              r.final_fps, r.late_p50_ms, r.late_p99_ms, r.cpu_per_session * 100, r.mean_batch,
@@ -245,6 +247,10 @@ static int bench_serve(int argc, char **argv) {
       printf("          %.0f kbit/s per session; encoded %.1f ms after the push (mean), %.2f %% more "
              "than a frame late; CPU by thread: %s\n",
              r.kbps, r.encode_delay_ms, r.encode_late_pct, r.cpu_by_thread);
+    if (!json && (r.oom_retries || r.production_failures || r.sessions_alive != r.sessions))
+      printf("          device out of memory: %llu batches halved (limit now %d), %llu productions "
+             "failed, %d of %d sessions open\n",
+             r.oom_retries, r.batch_limit, r.production_failures, r.sessions_alive, r.sessions);
     fflush(stdout);
   }
   if (json) printf("{\"bench\":\"serve\",\"max_sessions_holding\":%d}\n", best);

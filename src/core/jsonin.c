@@ -31,32 +31,34 @@ const char *fc_json_prescan(const char *d, size_t n, int max_depth) {
   return NULL;
 }
 
-JsonObject *fc_json_parse_object(const char *d, size_t n, JsonParser **parser, char *why,
-                                 size_t why_size) {
-  *parser = NULL;
+JsonParser *fc_json_parse_object(const char *d, size_t n, int max_depth, JsonObject **out,
+                                 char *why, size_t why_size) {
+  *out = NULL;
   size_t k = 0;
   while (k < n && (d[k] == ' ' || d[k] == '\t' || d[k] == '\r' || d[k] == '\n')) k++;
   if (k == n) {
-    snprintf(why, why_size, "malformed JSON: empty body");
+    snprintf(why, why_size, "is empty");
     return NULL;
   }
-  const char *bad = fc_json_prescan(d, n, FC_JSON_MAX_DEPTH);
+  const char *bad = fc_json_prescan(d, n, max_depth);
   if (bad) {
-    snprintf(why, why_size, "malformed JSON: %s", bad);
+    snprintf(why, why_size, "%s", bad);
     return NULL;
   }
+  /* json-glib is lenient in ways that do not matter here (it keeps the last of duplicate keys,
+   * takes comments and single quotes): callers check every member for type and range. */
   JsonParser *p = json_parser_new_immutable();
   GError *e = NULL;
   JsonNode *root = NULL;
   if (!json_parser_load_from_data(p, d, (gssize)n, &e)) {
     /* json-glib's messages hold a position, not the input */
-    snprintf(why, why_size, "malformed JSON: %.120s", e ? e->message : "unreadable");
+    snprintf(why, why_size, "does not parse (%.120s)", e ? e->message : "?");
     if (e) g_error_free(e);
   } else if (!(root = json_parser_get_root(p)) || !JSON_NODE_HOLDS_OBJECT(root)) {
-    snprintf(why, why_size, "malformed JSON: expected an object");
+    snprintf(why, why_size, "is not a JSON object");
   } else {
-    *parser = p;
-    return json_node_get_object(root);
+    *out = json_node_get_object(root);
+    return p;
   }
   g_object_unref(p);
   return NULL;

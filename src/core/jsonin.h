@@ -13,9 +13,10 @@
 /* NULL when d[0..n) is UTF-8 without NULs, nests no deeper than max_depth and holds no
  * "\u0000" escape; else the reason ("nests deeper than 32 levels", ...). */
 const char *fc_json_prescan(const char *d, size_t n, int max_depth);
-/* The body as a JSON object, with *parser holding it (g_object_unref it); NULL with a one-line
- * reason in why (no input quoted) when it is empty, too deep, malformed or not an object. */
-JsonObject *fc_json_parse_object(const char *d, size_t n, JsonParser **parser, char *why,
-                                 size_t why_size);
+/* d[0..n) as a JSON object: the parser that holds it (g_object_unref it) and the object in
+ * *out; NULL with the reason in why ("is empty", "nests deeper than 32 levels", "does not parse
+ * (line 1: ...)", "is not a JSON object": no input quoted, a subject to put before it). */
+JsonParser *fc_json_parse_object(const char *d, size_t n, int max_depth, JsonObject **out,
+                                 char *why, size_t why_size);
 
 #endif

@@ -17,6 +17,7 @@
 #include "lipsync/backend.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,16 +77,29 @@ static int w2l_create(const fc_lipsync_params *p, void **state) {
   if (!st) return fc_error_set(FC_ENOMEM, "wav2lip: out of memory");
   int err;
   int gpu = p->device && strncmp(p->device, "cuda", 4) == 0;
-  st->max_batch = gpu ? GPU_BATCH : CPU_BATCH;
-  fc_w2l_params wp = {.device = p->device, .max_batch = st->max_batch,
-                      .dtype = gpu ? FC_W2L_FP16 : FC_W2L_FP32};
-  if (!(st->net = fc_w2l_load(p->checkpoint, &wp, &err))) goto fail;
-  if (!(st->jobs = calloc((size_t)st->max_batch, sizeof *st->jobs)) ||
-      !(st->job_req = calloc((size_t)st->max_batch, sizeof *st->job_req))) {
-    err = fc_error_set(FC_ENOMEM, "wav2lip: out of memory");
-    goto fail;
+  /* A GPU's buffers, algorithms and graphs are made for the largest batch at start. When the
+   * card has too little memory left for it (another process holds most of it), the largest
+   * batch is halved until it fits: a server that runs with smaller batches beats one that does
+   * not start. Without even the weights' room this still fails. */
+  for (st->max_batch = gpu ? GPU_BATCH : CPU_BATCH;; st->max_batch /= 2) {
+    fc_w2l_params wp = {.device = p->device, .max_batch = st->max_batch,
+                        .dtype = gpu ? FC_W2L_FP16 : FC_W2L_FP32};
+    if (!(st->net = fc_w2l_load(p->checkpoint, &wp, &err))) goto retry;
+    if (!(st->jobs = calloc((size_t)st->max_batch, sizeof *st->jobs)) ||
+        !(st->job_req = calloc((size_t)st->max_batch, sizeof *st->job_req))) {
+      err = fc_error_set(FC_ENOMEM, "wav2lip: out of memory");
+      goto fail;
+    }
+    if (!gpu || !(err = warm_up(st))) break;
+  retry:
+    if (err != FC_ENOMEM || !gpu || st->max_batch == 1) goto fail;
+    fc_w2l_destroy(st->net);
+    st->net = NULL;
+    free(st->jobs), free(st->job_req);
+    st->jobs = NULL, st->job_req = NULL;
+    fprintf(stderr, "facecast: wav2lip %s: not enough device memory for batches of %d frames (%s); "
+                    "trying %d\n", p->device, st->max_batch, fc_error_detail(err), st->max_batch / 2);
   }
-  if (gpu && (err = warm_up(st))) goto fail;
   *state = st;
   return FC_OK;
 fail:

@@ -137,6 +137,8 @@ typedef struct counts {
   uint64_t sent, dropped, bytes, encoded, delay_us, enc_late; /* the sessions' outputs */
   uint64_t skipped, late;                                      /* the pacers */
   uint64_t batches, batch_frames;                              /* scheduler or solo calls */
+  uint64_t oom_retries;
+  int limit;
   double batch_p95_ms;
 } counts;
 
@@ -165,6 +167,8 @@ static void read_counts(const bench_ctx *b, counts *c) {
     if (fc_sched_stats_get(srv->sched, k, &ss)) continue;
     c->batches += ss.batches;
     c->batch_frames += ss.frames;
+    c->oom_retries += ss.oom_retries;
+    if (!c->limit || ss.limit < c->limit) c->limit = ss.limit;
     if (ss.p95_ms > c->batch_p95_ms) c->batch_p95_ms = ss.p95_ms;
   }
 }
@@ -247,6 +251,12 @@ int fc_server_bench(const fc_server_params *p, int sessions, int talking, double
   int ng1 = thread_groups(g1);
   describe_groups(g1, ng1, g0, ng0, wall, sessions, out->cpu_by_thread, sizeof out->cpu_by_thread);
   out->batch_p95_ms = k1.batch_p95_ms; /* the worst device's */
+  out->oom_retries = k1.oom_retries - k0.oom_retries;
+  out->batch_limit = k1.limit;
+  out->production_failures = (unsigned long long)g_atomic_int_get(&srv->production_failures);
+  g_mutex_lock(&srv->lock);
+  out->sessions_alive = (int)g_hash_table_size(srv->sessions);
+  g_mutex_unlock(&srv->lock);
   out->mean_batch = k1.batches > k0.batches
                         ? (double)(k1.batch_frames - k0.batch_frames) / (k1.batches - k0.batches)
                         : 0;

@@ -102,8 +102,9 @@ JsonObject *fc_http_json_body(SoupServerMessage *msg, JsonParser **parser) {
   gsize n;
   const char *d = g_bytes_get_data(bytes, &n);
   char why[160];
-  JsonObject *o = fc_json_parse_object(d, n, parser, why, sizeof why);
-  if (!o) fc_http_error(msg, 400, "%s", why);
+  JsonObject *o = NULL;
+  *parser = fc_json_parse_object(d, n, FC_JSON_MAX_DEPTH, &o, why, sizeof why);
+  if (!o) fc_http_error(msg, 400, "malformed JSON: the body %s", why);
   g_bytes_unref(bytes);
   return o;
 }

@@ -127,6 +127,7 @@ typedef struct fc_server {
   uint64_t frames_out, frames_idle, frames_late, ticks_skipped;
   uint64_t ticks_busy; /* a session sent nothing: its stream was busy producing (pacer only) */
   uint64_t sessions_created, sessions_rejected;
+  gint production_failures; /* frame productions that failed (their speech dropped) */
   /* Per-session counters of the sessions closed so far (under lock, added as each leaves
    * `sessions`), so /metrics' totals never fall when a session goes. */
   uint64_t closed_infer, closed_dropped, closed_enc_late;

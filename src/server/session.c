@@ -272,6 +272,7 @@ void fc_session_fill_locked(fc_session *s, int max) {
         /* Speech that cannot be made is dropped, as by an interrupt: otherwise the session
          * would wait for it for ever (on a GPU the pacer sends nothing while speech is
          * pending) instead of going back to its idle frames. */
+        g_atomic_int_inc(&s->srv->production_failures);
         g_warning("session %llu: frame production failed, speech dropped: %s", (unsigned long long)s->serial,
                   fc_error_detail(err));
         uint32_t cut = interrupt_locked(s);

@@ -52,6 +52,16 @@ def start_server(*extra):
     raise SystemExit("server did not start")
 
 
+def stop(proc, timeout=15):
+    """SIGTERM, then the exit status (or "hung", after SIGKILL, when it does not exit)."""
+    proc.terminate()
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return "hung"
+
+
 class Client:
     def __init__(self, port):
         self.port = port
@@ -625,12 +635,7 @@ def main():
         renders(c)
         check(proc.poll() is None, "server still running")
     finally:
-        proc.terminate()
-        try:
-            rc = proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = -9
+        rc = stop(proc)
     check(rc == 0, "server exits cleanly on SIGTERM (rc %s)" % rc)
     # two compute devices (two CPU backends here): sessions are spread over them
     proc, port = start_server("--device", "cpu,cpu", "--max-sessions", "4")

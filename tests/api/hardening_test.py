@@ -73,6 +73,27 @@ def raw(port, data, timeout=5.0, tls=None):
     return (int(m.group(1)) if m else None), got.partition(b"\r\n\r\n")[2], got
 
 
+def spawn(*args, env=None, preexec_fn=None, scheme="http"):
+    """`facecast serve` on 127.0.0.1, any port: (process, port or None, its log lines so far and
+    from then on, read by a thread)."""
+    e = dict(os.environ, FACECAST_DATA_DIR=A.DATA_DIR)
+    e.update(env or {})
+    p = subprocess.Popen([BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--quiet", *args],
+                         stderr=subprocess.PIPE, text=True, env=e, preexec_fn=preexec_fn)
+    log, port, t0 = [], None, time.time()
+    while time.time() - t0 < 30 and port is None:
+        line = p.stderr.readline()
+        log.append(line)
+        m = re.search(scheme + r"://[^:]+:(\d+)/", line)
+        port = int(m.group(1)) if m and "serving on" in line else None
+        if not line and p.poll() is not None:
+            break
+    # what the server says from here on is kept, and shown (sanitizer reports, warnings)
+    threading.Thread(target=lambda: [log.append(l) or sys.stderr.write("server: " + l) for l in p.stderr],
+                     daemon=True).start()
+    return p, port, log
+
+
 def json_err(body):
     try:
         js = json.loads(body)
@@ -229,12 +250,7 @@ def server_paths(port_open, data_dir):
         c.post("/api/avatar/task", {"avatar_id": "t1", "image_path": media + "/face.png"})
         c.post("/api/avatar/task", {"avatar_id": "t2", "image_path": media + "/face.png"})
     finally:
-        proc.terminate()
-        try:
-            rc = proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = "hung"
+        rc = A.stop(proc, 30)
     check(rc == 0, f"SIGTERM with tasks in flight: exits ({rc})")
     shutil.rmtree(media, ignore_errors=True)
 
@@ -306,15 +322,10 @@ def keys_and_sessions():
         proc.terminate()
         proc.wait(15)
     # an open server says so; ids are random and unlisted in /metrics there too
-    p = subprocess.Popen([BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--quiet"],
-                         stderr=subprocess.PIPE, text=True, env=dict(os.environ, FACECAST_DATA_DIR=A.DATA_DIR))
-    said = ""
-    t0 = time.time()
-    while time.time() - t0 < 30 and "serving on" not in said:
-        said += p.stderr.readline()
+    p, _, log = spawn()
     p.terminate()
     p.wait(15)
-    check("no API keys" in said, "an open server says so at start-up")
+    check("no API keys" in "".join(log), "an open server says so at start-up")
     r = subprocess.run([BIN, "serve", "--port", "0", "--api-keys", "/no/such/keys"], capture_output=True, text=True)
     check(r.returncode == 2 and "keys" in r.stderr, "serve with a missing keys file: exit 2")
     # the same from a config file (YAML: the long options as keys); the command line wins
@@ -433,16 +444,7 @@ def connection_handling():
     # out of file descriptors: told 503, and served again once connections close
     def low_limit():
         resource.setrlimit(resource.RLIMIT_NOFILE, (80, 80))
-    env = dict(os.environ, FACECAST_DATA_DIR=A.DATA_DIR)
-    p = subprocess.Popen([BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--quiet",
-                          "--max-conns-per-client", "0"], stderr=subprocess.PIPE, text=True, env=env,
-                         preexec_fn=low_limit)
-    port = None
-    t0 = time.time()
-    while time.time() - t0 < 30 and port is None:
-        m = re.search(r"serving on http://[^:]+:(\d+)/", p.stderr.readline())
-        port = int(m.group(1)) if m else None
-    threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
+    p, port, _ = spawn("--max-conns-per-client", "0", preexec_fn=low_limit)
     socks, refused = [], 0
     for i in range(120):
         try:
@@ -503,15 +505,10 @@ def small_ones(port, sid, pid, log):
     os.makedirs(os.path.join(d, "avatars"), exist_ok=True)
     stale = os.path.join(d, "avatars", "x.fcpack.tmp.AbCdEf")
     open(stale, "w").write("left by a killed avatar create")
-    env = dict(os.environ, FACECAST_DATA_DIR=d)
-    p = subprocess.Popen([BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--quiet"],
-                         stderr=subprocess.PIPE, text=True, env=env)
-    said = ""
-    t0 = time.time()
-    while time.time() - t0 < 30 and "serving on" not in said:
-        said += p.stderr.readline()
+    p, _, log = spawn(env={"FACECAST_DATA_DIR": d})
     p.terminate()
     p.wait(15)
+    said = "".join(log)
     check(not os.path.exists(stale) and "leftovers" in said, "serve sweeps a killed run's pack temp file")
     # a killed render's .part: kill -9 mid-render, the next render to that path cleans it
     long_text = "This sentence is long enough to render for a while. " * 40
@@ -540,19 +537,8 @@ def tls():
     check(r.returncode == 0, "test certificate made")
     # Under the sanitizers: LeakSanitizer's own tracer crashes at exit once GnuTLS has run its
     # handshake threads (glib-networking), so leaks are not checked in this one process.
-    env = dict(os.environ, FACECAST_DATA_DIR=A.DATA_DIR,
-               ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "").replace("detect_leaks=1", "detect_leaks=0"))
-    p = subprocess.Popen([BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--quiet", "--tls-cert", cert,
-                          "--tls-key", key, "--header-timeout", "3"], stderr=subprocess.PIPE, text=True, env=env)
-    port = None
-    t0 = time.time()
-    while time.time() - t0 < 30 and port is None:
-        line = p.stderr.readline()
-        m = re.search(r"serving on https://[^:]+:(\d+)/", line)
-        port = int(m.group(1)) if m else None
-        if not line and p.poll() is not None:
-            break
-    threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
+    p, port, _ = spawn("--tls-cert", cert, "--tls-key", key, "--header-timeout", "3", scheme="https",
+                       env={"ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "").replace("detect_leaks=1", "detect_leaks=0")})
     check(port is not None, "serve --tls-cert: serving on https://")
     if port:
         ctx = ssl.create_default_context(cafile=cert)
@@ -590,19 +576,7 @@ def tls():
 
 
 def main():
-    log = []
-    env = dict(os.environ, FACECAST_DATA_DIR=A.DATA_DIR)
-    proc = subprocess.Popen([BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--quiet", "--max-sessions", "3"],
-                            stderr=subprocess.PIPE, text=True, env=env)
-    port = None
-    t0 = time.time()
-    while time.time() - t0 < 30 and port is None:
-        line = proc.stderr.readline()
-        log.append(line)
-        m = re.search(r"serving on http://[^:]+:(\d+)/", line)
-        port = int(m.group(1)) if m else None
-    threading.Thread(target=lambda: [log.append(l) or sys.stderr.write("server: " + l) for l in proc.stderr],
-                     daemon=True).start()
+    proc, port, log = spawn("--max-sessions", "3")
     c = A.Client(port)
     try:
         connections(port, proc.pid)
@@ -615,12 +589,7 @@ def main():
         server_paths(port, A.DATA_DIR)
         check(proc.poll() is None, "server still running")
     finally:
-        proc.terminate()
-        try:
-            rc = proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = "hung"
+        rc = A.stop(proc)
     check(rc == 0, f"server exits cleanly ({rc})")
     keys_and_sessions()
     connection_handling()

@@ -8,44 +8,13 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import {
-  closeBrowser, ffmpeg, health, launchBrowser, multipart, openPage, request, stopClean, wavBuffer,
+  audioOnsets, BURST_LEN, BURSTS, burstWav, closeBrowser, ffmpeg, health, launchBrowser, multipart,
+  openPage, request, stopClean,
 } from './helpers.mjs';
 import { startServer } from './server.mjs';
 
-const RATE = 44100; /* not the server's 16 kHz: the upload goes through its resampler too */
-const BURSTS = [0.52, 1.36, 2.24, 3.12]; /* s from the start of the file */
-const BURST_LEN = 0.3;
 const FPS = 25;
 const TOLERANCE_S = 0.04; /* one frame */
-
-function burstWav() {
-  const n = Math.round(4.0 * RATE);
-  const s = new Float32Array(n);
-  const len = Math.round(BURST_LEN * RATE), ramp = 40;
-  for (const b of BURSTS) {
-    const a = Math.round(b * RATE);
-    for (let i = 0; i < len; i++) {
-      const env = i < ramp ? i / ramp : i > len - ramp ? (len - i) / ramp : 1;
-      s[a + i] = 0.5 * env * Math.sin((2 * Math.PI * 300 * i) / RATE);
-    }
-  }
-  return wavBuffer(s, RATE);
-}
-
-/* Onsets in 16 kHz PCM16: the first sample above 0.1 of full scale after >= 100 ms of quiet. */
-function audioOnsets(pcm) {
-  const out = [];
-  let quiet = 0;
-  for (let i = 0; i < pcm.length; i++) {
-    if (Math.abs(pcm[i]) > 3277) {
-      if (quiet >= 1600) out.push(i / 16000);
-      quiet = 0;
-    } else {
-      quiet++;
-    }
-  }
-  return out;
-}
 
 describe('A/V sync through a recording', () => {
   let srv, browser, page, tmp;

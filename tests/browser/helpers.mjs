@@ -258,3 +258,38 @@ export async function closeBrowser(browser) {
   }
   await browser.close();
 }
+
+/* ---- A/V sync: tone bursts and their onsets (avsync.test.mjs, soak.mjs) -------------------- */
+
+export const BURST_RATE = 44100; /* not the server's 16 kHz: uploads go through its resampler */
+export const BURSTS = [0.52, 1.36, 2.24, 3.12]; /* s from the start of the file */
+export const BURST_LEN = 0.3;
+
+/* 4 s of silence with a 300 Hz burst at each of BURSTS, as a WAV. */
+export function burstWav() {
+  const s = new Float32Array(Math.round(4.0 * BURST_RATE));
+  const len = Math.round(BURST_LEN * BURST_RATE), ramp = 40;
+  for (const b of BURSTS) {
+    const a = Math.round(b * BURST_RATE);
+    for (let i = 0; i < len; i++) {
+      const env = i < ramp ? i / ramp : i > len - ramp ? (len - i) / ramp : 1;
+      s[a + i] = 0.5 * env * Math.sin((2 * Math.PI * 300 * i) / BURST_RATE);
+    }
+  }
+  return wavBuffer(s, BURST_RATE);
+}
+
+/* Onsets in 16 kHz PCM16: the first sample above 0.1 of full scale after >= 100 ms of quiet. */
+export function audioOnsets(pcm) {
+  const out = [];
+  let quiet = 0;
+  for (let i = 0; i < pcm.length; i++) {
+    if (Math.abs(pcm[i]) > 3277) {
+      if (quiet >= 1600) out.push(i / 16000);
+      quiet = 0;
+    } else {
+      quiet++;
+    }
+  }
+  return out;
+}

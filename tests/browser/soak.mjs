@@ -15,8 +15,8 @@ import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import {
-  closeBrowser, delay, fdCount, ffmpeg, health, launchBrowser, multipart, openPage, request, rssKb,
-  stopClean, waitFor, wavBuffer,
+  audioOnsets, BURSTS, burstWav, closeBrowser, delay, fdCount, ffmpeg, health, launchBrowser,
+  multipart, openPage, request, rssKb, stopClean, waitFor,
 } from './helpers.mjs';
 import { repoRoot, startServer } from './server.mjs';
 
@@ -100,35 +100,6 @@ async function churnRound(browser, base, out) {
 
 /* ---- the hour of talk --------------------------------------------------------------------- */
 
-const RATE = 44100, BURSTS = [0.52, 1.36, 2.24, 3.12], BURST_LEN = 0.3;
-
-function burstWav() {
-  const s = new Float32Array(Math.round(4.0 * RATE));
-  const len = Math.round(BURST_LEN * RATE), ramp = 40;
-  for (const b of BURSTS) {
-    const a = Math.round(b * RATE);
-    for (let i = 0; i < len; i++) {
-      const env = i < ramp ? i / ramp : i > len - ramp ? (len - i) / ramp : 1;
-      s[a + i] = 0.5 * env * Math.sin((2 * Math.PI * 300 * i) / RATE);
-    }
-  }
-  return wavBuffer(s, RATE);
-}
-
-function audioOnsets(pcm) { /* first sample over 0.1 of full scale after >= 100 ms of quiet */
-  const out = [];
-  let quiet = 0;
-  for (let i = 0; i < pcm.length; i++) {
-    if (Math.abs(pcm[i]) > 3277) {
-      if (quiet >= 1600) out.push(i / 16000);
-      quiet = 0;
-    } else {
-      quiet++;
-    }
-  }
-  return out;
-}
-
 /* The A/V offsets (video − audio, s) of the bursts in the last `tail` seconds of the file. */
 async function tailOffsets(mp4, hz, tail) {
   const araw = await ffmpeg(['-sseof', `-${tail}`, '-i', mp4, '-vn', '-f', 's16le', '-ac', '1', '-ar', '16000', '-']);
@@ -195,8 +166,6 @@ async function talkHour(browser, base, rep) {
   const mp4 = path.join(path.dirname(REPORT), 'soak-talk.mp4');
   fs.writeFileSync(mp4, rec.body);
   rep.talk.recordingBytes = rec.body.length;
-  const dur = await ffmpeg(['-i', mp4, '-f', 'null', '-']).then(() => null, () => null);
-  void dur;
   rep.talk.minutes = (Date.now() - t0) / 60000;
   Object.assign(rep.talk, await tailOffsets(mp4, await health(base), 6));
   await page.evaluate(() => window.fc.disconnect('delete'));
@@ -256,8 +225,7 @@ async function main() {
   rep.sessionsAtEnd = health1.sessions;
   sample('end');
   await closeBrowser(browser);
-  const stop = await stopClean(srv).then(() => 0, (e) => { rep.failures.push(`stop: ${e.message}`); return 1; });
-  void stop;
+  await stopClean(srv).catch((e) => { rep.failures.push(`stop: ${e.message}`); });
   rep.ok = rep.failures.length === 0;
   rep.finished = new Date().toISOString();
   fs.mkdirSync(path.dirname(REPORT), { recursive: true });
