@@ -83,6 +83,9 @@ int fc_pack_writer_add_frame(fc_pack_writer *w, const fc_pack_frame *f);
 int fc_pack_writer_add_clip(fc_pack_writer *w, const fc_pack_clip *c);
 /* Writes the tables, syncs and renames into place. */
 int fc_pack_writer_finish(fc_pack_writer *w);
+/* Makes finish fail (FC_EINVAL) rather than replace a pack at its path, as one made meanwhile
+ * by another process would be (the server's avatar tasks without "overwrite"). */
+void fc_pack_writer_no_replace(fc_pack_writer *w);
 /* Frees the writer; an unfinished pack's temporary file is removed. */
 void fc_pack_writer_destroy(fc_pack_writer *w);
 

@@ -36,6 +36,7 @@ typedef struct fc_server_params {
   int header_timeout_s;    /* a request's headers (or TLS handshake) must arrive within; 0 = 15 */
   int body_timeout_s;      /* a request body may pause this long between bytes; 0 = 30 */
   int idle_timeout_s;      /* a connection without a request is closed after; 0 = 60 */
+  int write_timeout_s;     /* a response the client has not read for this long; 0 = 60 */
   const char *api_keys;    /* keys file (facecast keys add): control routes want
                             * "Authorization: Bearer KEY", sessions belong to their key;
                             * NULL = an open server (said at start-up) */

@@ -14,6 +14,7 @@ typedef struct spool {
 struct fc_pack_writer {
   char *path;
   char *tmp;         /* the temporary file's path until it is renamed (NULL after) */
+  int no_replace;    /* finish fails rather than replace a pack that appeared meanwhile */
   int fd;            /* the temporary file: header reservation, then the tiles */
   spool sp[S_COUNT]; /* sp[S_TILES].fd is fd; the others own an unlinked file each */
   fc_pack_info info;
@@ -153,7 +154,8 @@ fc_pack_writer *fc_pack_writer_create(const char *path, const fc_pack_info *info
     goto fail;
   }
   snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
-  w->fd = mkostemp(tmp, O_CLOEXEC);
+  /* locked from the start: a sweep by another run knows it is in use (core/stale.h) */
+  w->fd = fc_stale_mkstemp(tmp);
   if (w->fd < 0) {
     err = fc_error_set(FC_EIO, "pack %s: cannot create a temporary file beside it: %s", path,
                        strerror(errno));
@@ -161,7 +163,6 @@ fc_pack_writer *fc_pack_writer_create(const char *path, const fc_pack_info *info
     goto fail;
   }
   w->tmp = tmp; /* from here on, destroy() removes it unless finish() renamed it */
-  fc_stale_hold(w->fd); /* if we are killed, the next run's sweep knows it is a leftover */
   /* mkstemp's 0600 would keep other users' server processes out of a shared avatar. */
   if (fchmod(w->fd, 0644) != 0) {
     err = fc_error_set(FC_EIO, "pack %s: chmod of the temporary file failed: %s", path,
@@ -400,6 +401,10 @@ static int sync_dir(const char *path) {
   return r;
 }
 
+void fc_pack_writer_no_replace(fc_pack_writer *w) {
+  if (w) w->no_replace = 1;
+}
+
 int fc_pack_writer_finish(fc_pack_writer *w) {
   int err = writer_usable(w);
   if (err) return err;
@@ -458,8 +463,12 @@ int fc_pack_writer_finish(fc_pack_writer *w) {
     err = fc_error_set(FC_EIO, "pack %s: writing the header failed: %s", w->path, strerror(errno));
     goto done;
   }
-  if (rename(w->tmp, w->path) != 0) {
-    err = fc_error_set(FC_EIO, "pack %s: rename into place failed: %s", w->path, strerror(errno));
+  if (w->no_replace ? renameat2(AT_FDCWD, w->tmp, AT_FDCWD, w->path, RENAME_NOREPLACE) != 0
+                    : rename(w->tmp, w->path) != 0) {
+    err = errno == EEXIST
+              ? fc_error_set(FC_EINVAL, "pack %s exists (made meanwhile by someone else); not replaced",
+                             w->path)
+              : fc_error_set(FC_EIO, "pack %s: rename into place failed: %s", w->path, strerror(errno));
     goto done;
   }
   free(w->tmp);

@@ -246,6 +246,7 @@ static int write_pack(job *j, const char *path, int (*next_frame)(void *ctx, int
     }
   }
   if (!(wr = fc_pack_writer_create(path, &info, meta, &err))) goto done;
+  if (j->p->no_replace) fc_pack_writer_no_replace(wr);
   for (int i = 0; i < j->t.n; i++) {
     if (canceled(j)) {
       err = fc_error_set(FC_ECANCELED, "avatar %s: canceled", j->p->id);
@@ -374,8 +375,8 @@ static int same_photo(void *ctx, int i, fc_image *img) {
 
 static void meta_json(const job *j, const char *kind, char *out, size_t n) {
   const fc_quality *q = &j->res->quality;
-  const char *base = strrchr(j->p->from, '/');
-  base = base ? base + 1 : j->p->from;
+  const char *base = j->p->name ? j->p->name : strrchr(j->p->from, '/');
+  base = j->p->name ? base : base ? base + 1 : j->p->from;
   char src[128];
   size_t o = 0;
   for (const char *c = base; *c && o + 2 < sizeof src; c++) /* a file name, JSON-safe */

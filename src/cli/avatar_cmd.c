@@ -105,7 +105,7 @@ static int create(int argc, char **argv) {
   p.progress = bar, p.user = &tty;
   fc_studio_result res;
   /* packs a killed run was writing (core/stale.h) */
-  fc_stale_sweep(p.out_dir ? p.out_dir : fc_avatar_dir(), NULL, ".fcpack.tmp.");
+  fc_stale_sweep(p.out_dir ? p.out_dir : fc_avatar_dir(), NULL, ".fcpack.tmp.", 0);
   int err = fc_studio_create(&p, &res);
   if (tty && err) fputc('\n', stderr);
   if (err == FC_ENOFACE && fc_quality_failed(&res.quality)) {

@@ -17,6 +17,7 @@ static void serve_usage(FILE *f) {
         "                      [--preset X264_PRESET] [--opus-complexity 1..10]\n"
         "                      [--tls-cert FILE --tls-key FILE] [--max-conns-per-client N]\n"
         "                      [--header-timeout S] [--body-timeout S] [--idle-timeout S]\n"
+        "                      [--write-timeout S]\n"
         "                      [--api-keys FILE] [--media-dir DIR[:DIR...]] [--metrics-session-ids]\n"
         "                      [--config FILE] [--quiet]\n"
         "\n"
@@ -74,6 +75,7 @@ int fc_cmd_serve(int argc, char **argv) {
                                        {"media-dir", required_argument, 0, 1008},
                                        {"metrics-session-ids", no_argument, 0, 1009},
                                        {"config", required_argument, 0, 1010},
+                                       {"write-timeout", required_argument, 0, 1011},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   fc_server_params p = fc_server_params_default();
@@ -140,6 +142,9 @@ int fc_cmd_serve(int argc, char **argv) {
     case 1008: p.media_dirs = optarg; break;
     case 1009: p.metrics_session_ids = 1; break;
     case 1010: break; /* --config: read before */
+    case 1011:
+      if ((err = int_opt("--write-timeout", optarg, 1, 86400, &p.write_timeout_s))) return fc_cli_fail(err);
+      break;
     case 'h': serve_usage(stdout); return FC_EXIT_OK;
     default:
       fprintf(stderr, "facecast: error: serve: unknown or incomplete option '%s'\n",

@@ -17,7 +17,11 @@ const char *fc_json_prescan(const char *d, size_t n, int max_depth) {
       } else if (c == '"') {
         in_str = 0;
       }
-    } else if (c == '"') {
+      continue;
+    }
+    /* Outside strings only plain JSON: json-glib also takes comments and single-quoted
+     * strings, inside which brackets would escape this count and reach its recursion. */
+    if (c == '"') {
       in_str = 1;
     } else if (c == '[' || c == '{') {
       if (++depth > max_depth) {
@@ -25,7 +29,10 @@ const char *fc_json_prescan(const char *d, size_t n, int max_depth) {
         return why;
       }
     } else if (c == ']' || c == '}') {
-      depth--;
+      if (--depth < 0) return "closes a bracket it never opened";
+    } else if (!strchr(" \t\r\n,:-+.0123456789", c) && !(c >= 'a' && c <= 'z') &&
+               !(c >= 'A' && c <= 'Z')) {
+      return "is not plain JSON (comments and single quotes are not taken)";
     }
   }
   return NULL;

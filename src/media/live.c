@@ -502,6 +502,18 @@ static int parse_offer(const char *sdp, GstSDPMessage **out, offer_choice *ch) {
     return fc_error_set(FC_EINVAL, "malformed SDP offer");
   }
 
+  /* One DTLS fingerprint for the whole offer (BUNDLE: one transport): webrtcbin refuses to
+   * answer an offer whose media name different ones. */
+  const char *fp = gst_sdp_message_get_attribute_val(msg, "fingerprint");
+  for (guint i = 0; i < gst_sdp_message_medias_len(msg); i++) {
+    const char *f = gst_sdp_media_get_attribute_val(gst_sdp_message_get_media(msg, i), "fingerprint");
+    if (f && fp && strcmp(f, fp) != 0) {
+      gst_sdp_message_free(msg);
+      return fc_error_set(FC_EINVAL, "offer names different DTLS fingerprints in its media");
+    }
+    if (f) fp = f;
+  }
+
   for (guint i = 0; i < gst_sdp_message_medias_len(msg); i++) {
     const GstSDPMedia *m = gst_sdp_message_get_media(msg, i);
     const char *kind = gst_sdp_media_get_media(m);
@@ -789,7 +801,9 @@ static int negotiate(GstElement *webrtc, GstSDPMessage **offer, const offer_choi
 
   pr = gst_promise_new();
   g_signal_emit_by_name(webrtc, "set-local-description", answer, pr);
-  if ((rc = wait_reply(pr, "setting the SDP answer", FC_EMEDIA, &reply))) goto out;
+  /* the answer is made from the offer: what it refuses (e.g. two DTLS fingerprints) is the
+   * offer's doing */
+  if ((rc = wait_reply(pr, "answering the offer", FC_EINVAL, &reply))) goto out;
   if (reply) gst_structure_free(reply);
 
 out:

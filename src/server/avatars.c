@@ -37,16 +37,22 @@
 #include <unistd.h>
 
 #define MAX_TASKS 256 /* kept in the table; the oldest finished ones are forgotten first */
+/* Uploads waiting for their task, all together: each may be 256 MiB, and they sit in the
+ * temporary folder (often memory) until their task runs. */
+#define MAX_QUEUED_UPLOADS ((gint64)1 << 30)
 
 typedef struct task {
   fc_task t; /* first: the table's part (tasks.h) */
   char avatar_id[64];
-  char *src;    /* the file to read */
+  char *src;    /* the file to read (a server path: resolved when the task was made) */
   int nclips;   /* action clips (JSON "clips": [{name, video_path}]) */
   char *clip_name[FC_STUDIO_MAX_CLIPS], *clip_file[FC_STUDIO_MAX_CLIPS];
   int upload;   /* src is our temporary file */
   int crop;     /* 0, 96, 256 */
   int lock_fd;  /* upload: holds src's lock (fc_stale) until the file is removed */
+  int overwrite; /* may replace an existing pack */
+  gint64 upload_bytes; /* counted in *queued (fc_avatar_tasks.queued_upload) until the file goes */
+  gint64 *queued;
   fc_studio_result res;
 } task;
 
@@ -55,11 +61,23 @@ typedef struct fc_avatar_tasks {
   fc_face_models models; /* the task thread's, loaded on its first job */
   int models_loaded, models_err;
   char models_msg[256];
+  gint64 queued_upload; /* bytes of uploads not yet removed (atomic) */
 } fc_avatar_tasks;
+
+/* An upload's file goes as soon as its task has read it, or will not run (any thread). */
+static void drop_upload(task *t) {
+  if (!t->upload || !t->src) return;
+  remove(t->src);
+  g_free(t->src);
+  t->src = NULL;
+  if (t->lock_fd >= 0) close(t->lock_fd);
+  t->lock_fd = -1;
+  if (t->queued) __atomic_fetch_sub(t->queued, t->upload_bytes, __ATOMIC_RELAXED);
+}
 
 static void free_task(fc_task *p) {
   task *t = (task *)p;
-  if (t->upload && t->src) remove(t->src);
+  drop_upload(t);
   if (t->lock_fd >= 0) close(t->lock_fd);
   g_free(t->src);
   for (int k = 0; k < t->nclips; k++) g_free(t->clip_name[k]), g_free(t->clip_file[k]);
@@ -71,6 +89,93 @@ static void on_progress(void *user, int pct) {
   t->t.progress = pct; /* an int store (tasks.h) */
 }
 
+/* Whether a resolved (real) path lies in one of the --media-dir folders. */
+static int under_media_dirs(const fc_server *srv, const char *real) {
+  if (!srv->p.media_dirs || !real) return 0;
+  gchar **roots = g_strsplit(srv->p.media_dirs, ":", -1);
+  int in = 0;
+  for (int i = 0; roots[i] && !in; i++) {
+    char *root = *roots[i] ? realpath(roots[i], NULL) : NULL;
+    size_t n = root ? strlen(root) : 0;
+    in = root && strncmp(real, root, n) == 0 && (real[n] == '/' || (n == 1 && root[0] == '/'));
+    free(root);
+  }
+  g_strfreev(roots);
+  return in;
+}
+
+/* A server path a task may read: under a --media-dir, existing, a regular file. 0 with the
+ * resolved path in *resolved, or the HTTP status after answering (403: outside or no folders;
+ * 404; 400: not a regular file). The answer never says whether a path outside the folders
+ * exists: the path is checked as written before anything is looked up. */
+static int media_path_check(fc_server *srv, SoupServerMessage *msg, const char *path,
+                            char **resolved) {
+  *resolved = NULL;
+  if (!srv->p.media_dirs) {
+    fc_http_error(msg, 403, "server paths are off: upload the file (multipart 'file'), or start "
+                            "the server with --media-dir DIR");
+    return 403;
+  }
+  if (!g_path_is_absolute(path)) {
+    fc_http_error(msg, 400, "a server path must be absolute");
+    return 400;
+  }
+  gchar **roots = g_strsplit(srv->p.media_dirs, ":", -1);
+  char *lexical = g_canonicalize_filename(path, "/");
+  int inside_lex = 0;
+  for (int i = 0; roots[i] && !inside_lex; i++) {
+    char *lroot = *roots[i] ? g_canonicalize_filename(roots[i], "/") : NULL;
+    size_t n = lroot ? strlen(lroot) : 0;
+    inside_lex = lroot && strncmp(lexical, lroot, n) == 0 && (lexical[n] == '/' || (n == 1 && lroot[0] == '/'));
+    g_free(lroot);
+  }
+  g_strfreev(roots);
+  g_free(lexical);
+  char *real = inside_lex ? realpath(path, NULL) : NULL;
+  int status = 0;
+  if (!inside_lex || (real && !under_media_dirs(srv, real))) {
+    fc_http_error(msg, 403, "server paths must lie under a --media-dir folder");
+    status = 403;
+  } else if (!real) {
+    fc_http_error(msg, 404, "no such file in the media folders");
+    status = 404;
+  } else {
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer */
+    int fd = open(real, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      fc_http_error(msg, fd < 0 ? 404 : 400, fd < 0 ? "the file cannot be read"
+                                                     : "not a regular file (a FIFO, device or folder)");
+      status = fd < 0 ? 404 : 400;
+    }
+    if (fd >= 0) close(fd);
+  }
+  if (status) free(real);
+  else *resolved = real;
+  return status;
+}
+
+/* At run time, a server path is opened again and checked again (it may have been replaced by
+ * a FIFO or a link out of the folders since): an fd on a regular file in the media folders,
+ * or -1 with the error set. The decoder then reads it through /proc/self/fd/N, the very file
+ * checked, whatever the path names by then. */
+static int open_checked(const fc_server *srv, const char *real, int *err) {
+  int fd = open(real, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC);
+  struct stat st;
+  char proc[64], *now = NULL;
+  if (fd >= 0) {
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    now = realpath(proc, NULL);
+  }
+  if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !under_media_dirs(srv, now)) {
+    *err = fc_error_set(FC_ENOTFOUND, "%s: no longer a regular file in the media folders", real);
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+  free(now);
+  return fd;
+}
+
 static int run_task(fc_server *srv, fc_task *base) {
   fc_avatar_tasks *at = srv->avatar_tasks;
   task *t = (task *)base;
@@ -80,22 +185,44 @@ static int run_task(fc_server *srv, fc_task *base) {
     else at->models_loaded = 1;
   }
   int err = at->models_err ? fc_error_set(at->models_err, "%s", at->models_msg) : FC_OK;
+  int fds[1 + FC_STUDIO_MAX_CLIPS];
+  char paths[1 + FC_STUDIO_MAX_CLIPS][64];
+  int nfd = 0;
+  for (int k = 0; !err && k <= t->nclips; k++) { /* the source, then the clips */
+    const char *f = k ? t->clip_file[k - 1] : t->src;
+    if (!k && t->upload) { /* our own temporary file */
+      snprintf(paths[0], sizeof paths[0], "%s", "");
+      continue;
+    }
+    if ((fds[nfd] = open_checked(srv, f, &err)) < 0) break;
+    snprintf(paths[k], sizeof paths[k], "/proc/self/fd/%d", fds[nfd++]);
+  }
   if (!err) {
-    fc_studio_params p = {.from = t->src, .id = t->avatar_id, .crop_size = t->crop,
-                          .models = &at->models, .progress = on_progress, .user = t,
-                          .cancel = &t->t.cancel, .nclips = t->nclips};
-    for (int k = 0; k < t->nclips; k++) p.clip_name[k] = t->clip_name[k], p.clip_file[k] = t->clip_file[k];
+    const char *slash = strrchr(t->src, '/');
+    fc_studio_params p = {.from = t->upload ? t->src : paths[0], .name = slash ? slash + 1 : t->src,
+                          .id = t->avatar_id, .crop_size = t->crop, .models = &at->models,
+                          .progress = on_progress, .user = t, .cancel = &t->t.cancel,
+                          .nclips = t->nclips, .no_replace = !t->overwrite};
+    for (int k = 0; k < t->nclips; k++) p.clip_name[k] = t->clip_name[k], p.clip_file[k] = paths[k + 1];
     err = fc_studio_create(&p, &t->res);
+    if (err) { /* the details name /proc/self/fd/N: say the files' names instead */
+      GString *d = g_string_new(fc_error_detail(err));
+      for (int k = 0; k <= t->nclips; k++)
+        if (paths[k][0]) {
+          const char *f = k ? t->clip_file[k - 1] : t->src;
+          const char *b = strrchr(f, '/');
+          g_string_replace(d, paths[k], b ? b + 1 : f, 0);
+        }
+      err = fc_error_set(err, "%s", d->str);
+      g_string_free(d, TRUE);
+    }
   }
-  if (t->upload && t->src) { /* read: not needed any more */
-    remove(t->src);
-    g_free(t->src);
-    t->src = NULL;
-    close(t->lock_fd);
-    t->lock_fd = -1;
-  }
+  for (int k = 0; k < nfd; k++) close(fds[k]);
+  drop_upload(t); /* read: not needed any more */
   return err;
 }
+
+static void skipped_task(fc_server *srv, fc_task *base) { drop_upload((task *)base); }
 
 /* The task as JSON (the table's lock held). */
 static void task_json(const fc_task *base, GString *o) {
@@ -120,7 +247,8 @@ static void task_json(const fc_task *base, GString *o) {
 }
 
 static const fc_task_kind avatar_kind = {.noun = "avatar task", .max = MAX_TASKS, .run = run_task,
-                                         .json = task_json, .destroy = free_task};
+                                         .json = task_json, .skipped = skipped_task,
+                                         .destroy = free_task};
 
 static int crop_of(const char *s, int *crop) {
   if (!s || !*s) return *crop = 0, 1;
@@ -129,64 +257,6 @@ static int crop_of(const char *s, int *crop) {
   if (*end || (v != 96 && v != 256)) return 0;
   *crop = (int)v;
   return 1;
-}
-
-/* A server path a task may read: under a --media-dir, existing, a regular file. 0, or the
- * HTTP status after answering (403: outside or no folders; 404; 400: not a regular file). The
- * answer never says whether a path outside the folders exists. */
-static int media_path_check(fc_server *srv, SoupServerMessage *msg, const char *path,
-                            char **resolved) {
-  *resolved = NULL;
-  if (!srv->p.media_dirs) {
-    fc_http_error(msg, 403, "server paths are off: upload the file (multipart 'file'), or start "
-                            "the server with --media-dir DIR");
-    return 403;
-  }
-  if (!g_path_is_absolute(path)) {
-    fc_http_error(msg, 400, "a server path must be absolute");
-    return 400;
-  }
-  gchar **roots = g_strsplit(srv->p.media_dirs, ":", -1);
-  char *lexical = g_canonicalize_filename(path, "/");
-  char *real = realpath(path, NULL);
-  int inside_lex = 0, inside_real = 0;
-  for (int i = 0; roots[i]; i++) {
-    if (!*roots[i]) continue;
-    char *root = realpath(roots[i], NULL);
-    char *lroot = g_canonicalize_filename(roots[i], "/");
-    for (int k = 0; k < 2; k++) {
-      const char *r = k ? root : lroot, *p = k ? real : lexical;
-      size_t n = r ? strlen(r) : 0;
-      int in = r && p && strncmp(p, r, n) == 0 && (p[n] == '/' || (n == 1 && r[0] == '/'));
-      if (k) inside_real |= in;
-      else inside_lex |= in;
-    }
-    free(root);
-    g_free(lroot);
-  }
-  g_strfreev(roots);
-  g_free(lexical);
-  int status = 0;
-  if (!inside_lex || (real && !inside_real)) {
-    fc_http_error(msg, 403, "server paths must lie under a --media-dir folder");
-    status = 403;
-  } else if (!real) {
-    fc_http_error(msg, 404, "no such file in the media folders");
-    status = 404;
-  } else {
-    /* O_NONBLOCK: opening a FIFO must not wait for a writer */
-    int fd = open(real, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      fc_http_error(msg, fd < 0 ? 404 : 400, fd < 0 ? "the file cannot be read"
-                                                     : "not a regular file (a FIFO, device or folder)");
-      status = fd < 0 ? 404 : 400;
-    }
-    if (fd >= 0) close(fd);
-  }
-  if (status) free(real);
-  else *resolved = real;
-  return status;
 }
 
 /* The avatar id may be made: not the server's own, not a pack that exists (without
@@ -215,9 +285,10 @@ static int avatar_id_free(fc_server *srv, SoupServerMessage *msg, const char *id
   return !busy;
 }
 
-/* Starts a task; answers the request. Takes src (and the upload flag) and the clips. */
+/* Starts a task; answers the request. Takes src, the clips and, for an upload (upload: its
+ * size in bytes, else 0), its file and lock. */
 static void start_task(fc_server *srv, SoupServerMessage *msg, const char *avatar_id,
-                       const char *task_id, char *src, int upload, int lock_fd, int crop,
+                       const char *task_id, char *src, gint64 upload, int lock_fd, int crop,
                        int overwrite, int nclips, char **clip_name, char **clip_file) {
   fc_avatar_tasks *at = srv->avatar_tasks;
   if (!fc_avatar_id_valid(avatar_id)) {
@@ -231,7 +302,8 @@ static void start_task(fc_server *srv, SoupServerMessage *msg, const char *avata
   if (!avatar_id_free(srv, msg, avatar_id, overwrite)) goto fail;
   task *t = g_new0(task, 1);
   snprintf(t->avatar_id, sizeof t->avatar_id, "%s", avatar_id);
-  t->src = src, t->upload = upload, t->crop = crop, t->lock_fd = lock_fd;
+  t->src = src, t->upload = upload > 0, t->crop = crop, t->lock_fd = lock_fd, t->overwrite = overwrite;
+  if (upload > 0) __atomic_fetch_add(t->queued = &at->queued_upload, t->upload_bytes = upload, __ATOMIC_RELAXED);
   t->nclips = nclips;
   for (int k = 0; k < nclips; k++) t->clip_name[k] = clip_name[k], t->clip_file[k] = clip_file[k];
   char prefix[80];
@@ -322,10 +394,13 @@ static void post_multipart(fc_server *srv, SoupServerMessage *msg) {
   if (!field_v[0]) fc_http_error(msg, 400, "'avatar_id' field is required");
   else if (!file) fc_http_error(msg, 400, "'file' field (a video or a photo) is required");
   else if (!crop_of(field_v[1], &crop)) fc_http_error(msg, 400, "'img_size' must be 96 or 256");
+  else if (__atomic_load_n(&srv->avatar_tasks->queued_upload, __ATOMIC_RELAXED) +
+               (gint64)g_bytes_get_size(file) > MAX_QUEUED_UPLOADS)
+    fc_http_error(msg, 503, "too many uploads wait for their tasks (at most %lld MiB together): "
+                            "try again later", (long long)(MAX_QUEUED_UPLOADS >> 20));
   else {
     char *tmpl = g_build_filename(g_get_tmp_dir(), "facecast-upload-XXXXXX", NULL);
-    int fd = g_mkstemp(tmpl);
-    if (fd >= 0) fc_stale_hold(fd); /* a kill -9 leaves it to the next server's sweep */
+    int fd = fc_stale_mkstemp(tmpl); /* locked: a kill -9 leaves it to the next server's sweep */
     gsize n;
     const char *d = g_bytes_get_data(file, &n);
     gboolean ok = fd >= 0;
@@ -339,7 +414,8 @@ static void post_multipart(fc_server *srv, SoupServerMessage *msg) {
       g_free(tmpl);
       fc_http_error(msg, 500, "cannot store the upload");
     } else {
-      start_task(srv, msg, field_v[0], field_v[2], tmpl, 1, fd, crop, overwrite, 0, NULL, NULL);
+      start_task(srv, msg, field_v[0], field_v[2], tmpl, (gint64)(n ? n : 1), fd, crop, overwrite, 0,
+                 NULL, NULL);
     }
   }
   if (file) g_bytes_unref(file);
@@ -402,11 +478,9 @@ void fc_avatar_tasks_register(fc_server *srv) {
   fc_avatar_tasks *at = g_new0(fc_avatar_tasks, 1);
   srv->avatar_tasks = at;
   at->tasks = fc_tasks_new(srv, &avatar_kind);
-  SoupServer *s = srv->soup;
-  soup_server_add_early_handler(s, "/api/avatar/task", fc_http_early, srv, NULL);
-  soup_server_add_handler(s, "/api/avatar/task", h_task, srv, NULL);
-  soup_server_add_handler(s, "/api/avatar/tasks", h_tasks, srv, NULL);
-  soup_server_add_handler(s, "/api/avatars", h_avatars, srv, NULL);
+  fc_http_route(srv, "/api/avatar/task", h_task);
+  fc_http_route(srv, "/api/avatar/tasks", h_tasks);
+  fc_http_route(srv, "/api/avatars", h_avatars);
 }
 
 void fc_avatar_tasks_free(fc_server *srv) {

@@ -13,6 +13,7 @@
 #include "server/internal.h"
 #include "core/jsonin.h"
 #include "server/keys.h"
+#include "server/listener.h"
 
 #include <json-glib/json-glib.h>
 #include <stdarg.h>
@@ -223,7 +224,7 @@ static void h_healthz(SoupServer *server, SoupServerMessage *msg, const char *pa
 static void h_metrics(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
                       gpointer user) {
   GString *o = g_string_new(NULL);
-  fc_metrics_render(user, o);
+  fc_metrics_render(user, o, fc_http_owner(msg));
   soup_server_message_set_status(msg, 200, NULL);
   gsize len = o->len;
   soup_server_message_set_response(msg, "text/plain; version=0.0.4", SOUP_MEMORY_TAKE,
@@ -265,27 +266,11 @@ static void h_static(SoupServer *server, SoupServerMessage *msg, const char *pat
   g_free(file);
 }
 
-/* Answers on a stolen connection and closes it. libsoup reads a request's body even after an
- * early handler has set the status, so a refused body must not be left to it: the answer is
- * written straight to the socket and the connection dropped, unread. */
+/* Refusals before the body is read go straight to the connection (listener.h): libsoup reads
+ * a request's body even after an early handler has set the status. */
 static void refuse_now(SoupServerMessage *msg, int status, const char *reason, const char *text) {
-  char *q = fc_http_json_quote(text);
-  char *body = g_strdup_printf("{\"code\":-1,\"msg\":%s}", q);
-  char *resp = g_strdup_printf("HTTP/1.1 %d %s\r\nServer: facecast\r\nContent-Type: application/json\r\n"
-                               "Content-Length: %zu\r\nConnection: close\r\n%s\r\n%s",
-                               status, reason, strlen(body),
-                               status == 401 ? "WWW-Authenticate: Bearer realm=\"facecast\"\r\n" : "",
-                               body);
-  GIOStream *io = soup_server_message_steal_connection(msg);
-  if (io) {
-    g_output_stream_write_all(g_io_stream_get_output_stream(io), resp, strlen(resp), NULL, NULL,
-                              NULL);
-    g_io_stream_close(io, NULL, NULL);
-    g_object_unref(io);
-  }
-  g_free(resp);
-  g_free(body);
-  g_free(q);
+  fc_conn_refuse(msg, status, reason, text,
+                 status == 401 ? "WWW-Authenticate: Bearer realm=\"facecast\"\r\n" : NULL);
 }
 
 /* The largest body a request may bring: POST/PUT/PATCH up to the route's limit, nothing for
@@ -377,9 +362,9 @@ static void early_page(SoupServer *server, SoupServerMessage *msg, const char *p
   check_request(user, msg, path, strcmp(path, "/healthz") != 0 && strncmp(path, "/api/", 5) == 0);
 }
 
-void fc_http_early(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
-                   gpointer user) {
-  check_request(user, msg, path, 1);
+void fc_http_route(fc_server *srv, const char *path, SoupServerCallback cb) {
+  soup_server_add_early_handler(srv->soup, path, early_api, srv, NULL);
+  soup_server_add_handler(srv->soup, path, cb, srv, NULL);
 }
 
 void fc_http_register(fc_server *srv) {

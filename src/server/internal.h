@@ -292,8 +292,10 @@ JsonObject *fc_http_json_body(SoupServerMessage *msg, JsonParser **parser);
  * names[0..n) into values[] (g_free them; NULL if absent). -1 after answering 400. */
 int fc_http_multipart(SoupServerMessage *msg, const char *const *file_fields, GBytes **file,
                       char **filename, const char *const *names, char **values, int n);
-void fc_http_early(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
-                   gpointer user);
+/* Registers a control route: the early request check (body caps, API keys) and the handler,
+ * for path and everything below it. Every route is registered through this (or in
+ * fc_http_register's table): a path without the early check would read any body. */
+void fc_http_route(fc_server *srv, const char *path, SoupServerCallback cb);
 #define FC_MAX_AVATAR_UPLOAD (256 * 1024 * 1024) /* a video for avatar creation */
 /* More helpers of http.c for the route files (routes_session.c, routes_speech.c): */
 char *fc_http_json_quote(const char *s);               /* a JSON string literal (g_free it) */
@@ -347,7 +349,9 @@ void fc_http_error(SoupServerMessage *msg, int status, const char *fmt, ...)
 void fc_http_ok(SoupServerMessage *msg, const char *data_json);
 
 /* metrics.c */
-void fc_metrics_render(fc_server *srv, GString *out);
+/* owner: the API key of the request (NULL: none); with --metrics-session-ids and keys, only
+ * that key's sessions are listed by id. */
+void fc_metrics_render(fc_server *srv, GString *out, const char *owner);
 void fc_metrics_late(fc_server *srv, double ms);
 
 #endif

@@ -7,8 +7,8 @@
  * the client closes between requests (its idle reader drops EOF on the floor; fixed upstream in
  * 3.3), listens with GLib's backlog of 10, has no timeouts and no way to recover once accept()
  * fails with EMFILE. Connections accepted here reach libsoup through
- * soup_server_accept_iostream() behind a small input stream that sees every read (listener.c
- * says how that closes what libsoup would leak). All calls on the main loop. */
+ * soup_server_accept_iostream() behind small streams that see every read and write (conn.c
+ * says how that closes what libsoup would leak). The listener's calls run on the main loop. */
 #ifndef FC_SERVER_LISTENER_H
 #define FC_SERVER_LISTENER_H
 
@@ -28,13 +28,14 @@ typedef struct fc_listener_params {
   int header_timeout_s;  /* first byte (or TLS handshake) to the end of the headers; 0 = 15 */
   int body_timeout_s;    /* a request body with no byte for this long; 0 = 30 */
   int idle_timeout_s;    /* a connection with no request (new or kept alive); 0 = 60 */
-  size_t ws_max_message; /* WebSocket messages (all fragments together); 0 = 1 MiB */
+  int write_timeout_s;   /* a response the client stopped reading; 0 = 60 */
 } fc_listener_params;
 
 typedef struct fc_listener_stats {
   uint64_t open, accepted;
   uint64_t refused_per_client, refused_no_fd; /* answered 429 / 503 and closed */
-  uint64_t timeout_header, timeout_body, timeout_idle, tls_failed, ws_too_large;
+  uint64_t timeout_header, timeout_body, timeout_idle, timeout_write, tls_failed, ws_too_large;
+  uint64_t refused_malformed; /* a request libsoup could not take, closed before its body */
 } fc_listener_stats;
 
 /* Binds and starts accepting into soup (which must not listen itself). NULL and *err (with a
@@ -47,11 +48,18 @@ void fc_listener_get_stats(fc_listener *l, fc_listener_stats *out);
 void fc_listener_destroy(fc_listener *l);
 
 /* The connection a request came on, referenced (NULL if it did not come through a listener).
- * A WebSocket route marks its connection so that a message can grow to ws_max_message bytes
- * at most (fc_conn_ws_message after each complete message resets the count). */
+ * A WebSocket route marks its connection so that a message can grow to max_message bytes at
+ * most, all fragments together (fc_conn_ws_message after each complete message resets the
+ * count); libsoup itself checks single frames only. Any thread. */
 fc_conn *fc_conn_of(SoupServerMessage *msg);
-void fc_conn_mark_websocket(fc_conn *c);
+void fc_conn_mark_websocket(fc_conn *c, size_t max_message);
 void fc_conn_ws_message(fc_conn *c);
 void fc_conn_unref(fc_conn *c);
+/* Answers msg at once with status and a JSON {"code":-1,"msg":text} body written straight to
+ * its connection (never blocking: a client that does not read gets what fits), then closes
+ * the connection, unread: libsoup would otherwise go on to read a refused body. extra_headers:
+ * NULL or "Name: value\r\n" lines. Main loop, from an early handler or a got-headers signal. */
+void fc_conn_refuse(SoupServerMessage *msg, int status, const char *reason, const char *text,
+                    const char *extra_headers);
 
 #endif

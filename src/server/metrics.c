@@ -42,7 +42,7 @@ static void counter(GString *o, const char *name, const char *help, uint64_t v) 
       g_string_append_printf(o, name "{session=\"%s\"} " fmt "\n", rows[i].id, rows[i].field); \
   } while (0)
 
-void fc_metrics_render(fc_server *srv, GString *o) {
+void fc_metrics_render(fc_server *srv, GString *o, const char *owner) {
   uint64_t infer = 0, dropped = 0, enc_late = 0;
   g_mutex_lock(&srv->lock);
   int n = (int)g_hash_table_size(srv->sessions);
@@ -50,9 +50,14 @@ void fc_metrics_render(fc_server *srv, GString *o) {
   GHashTableIter it;
   gpointer v;
   g_hash_table_iter_init(&it, srv->sessions);
-  for (int i = 0; i < n && g_hash_table_iter_next(&it, NULL, &v); i++) {
+  const int total = n;
+  session_row hidden; /* a session whose id this request may not see: counted, not listed */
+  n = 0;
+  for (int i = 0; i < total && g_hash_table_iter_next(&it, NULL, &v); i++) {
     fc_session *s = v;
-    session_row *r = &rows[i];
+    /* ids are credentials: with keys, a key is shown its own sessions' only */
+    int listed = !(srv->p.metrics_session_ids && srv->keys && (!owner || strcmp(owner, s->owner)));
+    session_row *r = listed ? &rows[n++] : &hidden;
     /* The id is a credential: only the serial number, unless the operator asks for ids. */
     if (srv->p.metrics_session_ids)
       g_strlcpy(r->id, s->id, sizeof r->id);
@@ -93,7 +98,7 @@ void fc_metrics_render(fc_server *srv, GString *o) {
   g_mutex_unlock(&srv->stat_lock);
 
   family(o, "facecast_sessions", "gauge", "Live sessions.");
-  g_string_append_printf(o, "facecast_sessions %d\n", n);
+  g_string_append_printf(o, "facecast_sessions %d\n", total);
   family(o, "facecast_sessions_max", "gauge", "The server's --max-sessions.");
   g_string_append_printf(o, "facecast_sessions_max %d\n", srv->p.max_sessions);
   counter(o, "facecast_sessions_created_total", "Sessions opened.", created);
@@ -136,22 +141,26 @@ void fc_metrics_render(fc_server *srv, GString *o) {
     counter(o, "facecast_http_connections_total", "HTTP connections accepted.", ls.accepted);
     family(o, "facecast_http_refused_total", "counter",
            "Connections refused at once: per_client (429, --max-conns-per-client), no_fd (503, "
-           "out of file descriptors).");
+           "out of file descriptors), malformed (a request libsoup refused, its body unread).");
     g_string_append_printf(o, "facecast_http_refused_total{reason=\"per_client\"} %llu\n"
-                              "facecast_http_refused_total{reason=\"no_fd\"} %llu\n",
-                           (unsigned long long)ls.refused_per_client, (unsigned long long)ls.refused_no_fd);
+                              "facecast_http_refused_total{reason=\"no_fd\"} %llu\n"
+                              "facecast_http_refused_total{reason=\"malformed\"} %llu\n",
+                           (unsigned long long)ls.refused_per_client, (unsigned long long)ls.refused_no_fd,
+                           (unsigned long long)ls.refused_malformed);
     family(o, "facecast_http_closed_total", "counter",
-           "Connections the server closed: header/body/idle timeouts, failed TLS handshakes, "
-           "WebSocket messages over the limit.");
+           "Connections the server closed: header/body/idle/write timeouts, failed TLS "
+           "handshakes, WebSocket messages over the limit.");
     g_string_append_printf(
         o,
         "facecast_http_closed_total{reason=\"header_timeout\"} %llu\n"
         "facecast_http_closed_total{reason=\"body_timeout\"} %llu\n"
         "facecast_http_closed_total{reason=\"idle_timeout\"} %llu\n"
+        "facecast_http_closed_total{reason=\"write_timeout\"} %llu\n"
         "facecast_http_closed_total{reason=\"tls_failed\"} %llu\n"
         "facecast_http_closed_total{reason=\"ws_too_large\"} %llu\n",
         (unsigned long long)ls.timeout_header, (unsigned long long)ls.timeout_body,
-        (unsigned long long)ls.timeout_idle, (unsigned long long)ls.tls_failed,
+        (unsigned long long)ls.timeout_idle, (unsigned long long)ls.timeout_write,
+        (unsigned long long)ls.tls_failed,
         (unsigned long long)ls.ws_too_large);
   }
 

@@ -241,8 +241,7 @@ static void h_render(SoupServer *server, SoupServerMessage *msg, const char *pat
 
 void fc_render_tasks_register(fc_server *srv) {
   srv->render_tasks = fc_tasks_new(srv, &render_kind);
-  soup_server_add_early_handler(srv->soup, "/api/render", fc_http_early, srv, NULL);
-  soup_server_add_handler(srv->soup, "/api/render", h_render, srv, NULL);
+  fc_http_route(srv, "/api/render", h_render);
 }
 
 void fc_render_tasks_free(fc_server *srv) {

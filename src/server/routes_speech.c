@@ -385,7 +385,7 @@ void fc_route_ws_audio(SoupServer *server, SoupServerMessage *msg, const char *p
     ws_ctx *w = g_new0(ws_ctx, 1);
     w->srv = srv;
     w->conn = fc_conn_of(msg);
-    fc_conn_mark_websocket(w->conn);
+    fc_conn_mark_websocket(w->conn, FC_WS_MAX_MESSAGE);
     /* libsoup checks each frame; the listener the whole message (fragments add up) */
     soup_websocket_connection_set_max_incoming_payload_size(c, FC_WS_MAX_MESSAGE);
     g_strlcpy(w->id, s->id, sizeof w->id);

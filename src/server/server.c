@@ -6,6 +6,7 @@
 #include "server/keys.h"
 #include "server/listener.h"
 
+#include <errno.h>
 #include <glib-unix.h>
 #include <glib/gstdio.h>
 #include <stdio.h>
@@ -131,9 +132,9 @@ int fc_server_sched_start(fc_server *srv) {
 /* What servers, renders and avatar creation killed before they finished left behind:
  * temporary folders and uploads, partly written packs (core/stale.h). */
 static void sweep_leftovers(void) {
-  int n = fc_stale_sweep(g_get_tmp_dir(), "facecast-rec-", NULL) +
-          fc_stale_sweep(g_get_tmp_dir(), "facecast-upload-", NULL) +
-          fc_stale_sweep(fc_avatar_dir(), NULL, ".fcpack.tmp.");
+  int n = fc_stale_sweep(g_get_tmp_dir(), "facecast-rec-", NULL, 1) +
+          fc_stale_sweep(g_get_tmp_dir(), "facecast-upload-", NULL, 0) +
+          fc_stale_sweep(fc_avatar_dir(), NULL, ".fcpack.tmp.", 0);
   if (n) g_message("removed %d leftovers of facecast runs that were killed", n);
 }
 
@@ -173,12 +174,10 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
       *err = fc_error_set(FC_EIO, "cannot create the recording folder %s", srv->record_dir);
       goto fail;
     }
-  } else if (!(srv->record_dir = g_dir_make_tmp("facecast-rec-XXXXXX", &e)) ||
-             (srv->record_lock = fc_stale_hold_dir(srv->record_dir)) < 0) {
-    if (!e) g_set_error(&e, G_FILE_ERROR, G_FILE_ERROR_FAILED, "cannot lock it");
-    if (srv->record_dir) g_rmdir(srv->record_dir);
-    *err = fc_error_set(FC_EIO, "cannot create a recording folder: %s", e->message);
-    g_error_free(e);
+  } else if ((srv->record_dir = g_build_filename(g_get_tmp_dir(), "facecast-rec-XXXXXX", NULL),
+              (srv->record_lock = fc_stale_mkdtemp(srv->record_dir)) < 0)) {
+    *err = fc_error_set(FC_EIO, "cannot create a recording folder in %s: %s", g_get_tmp_dir(),
+                        g_strerror(errno));
     goto fail;
   } else {
     srv->own_record_dir = 1;
@@ -247,6 +246,16 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
   g_thread_pool_set_sort_function(srv->workers, job_order, NULL);
 
   if (srv->p.api_keys && !(srv->keys = fc_keys_load(srv->p.api_keys, err))) goto fail;
+  if (srv->p.media_dirs) { /* each an absolute folder: a relative one would never match */
+    gchar **dirs = g_strsplit(srv->p.media_dirs, ":", -1);
+    int bad = 0;
+    for (int i = 0; dirs[i] && !bad; i++)
+      if (!*dirs[i] || !g_path_is_absolute(dirs[i]) || !g_file_test(dirs[i], G_FILE_TEST_IS_DIR))
+        bad = fc_error_set(FC_EINVAL, "--media-dir '%s': expected an absolute path to a folder",
+                           dirs[i]);
+    g_strfreev(dirs);
+    if ((*err = bad)) goto fail;
+  }
   srv->soup = soup_server_new("server-header", "facecast", NULL);
   fc_http_register(srv);
   fc_listener_params lp = {.host = srv->p.host,
@@ -257,7 +266,7 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
                            .header_timeout_s = srv->p.header_timeout_s,
                            .body_timeout_s = srv->p.body_timeout_s,
                            .idle_timeout_s = srv->p.idle_timeout_s,
-                           .ws_max_message = FC_WS_MAX_MESSAGE};
+                           .write_timeout_s = srv->p.write_timeout_s};
   if (!(srv->listener = fc_listener_create(srv->soup, &lp, err))) goto fail;
   srv->port = fc_listener_port(srv->listener);
 
@@ -314,13 +323,14 @@ void fc_server_destroy(fc_server *srv) {
     fc_session_unref(v);
   }
   if (srv->soup) soup_server_disconnect(srv->soup);
-  fc_listener_destroy(srv->listener); /* after libsoup let go of its connections */
   if (srv->workers) g_thread_pool_free(srv->workers, FALSE, TRUE);
   fc_avatar_tasks_free(srv);
   fc_render_tasks_free(srv);
   /* Replies the workers posted at the end are dropped with their sources. */
   while (g_main_context_iteration(srv->ctx, FALSE)) {
   }
+  /* After libsoup let go of its connections and no other thread holds one (workers, tasks). */
+  fc_listener_destroy(srv->listener);
   if (srv->soup) g_object_unref(srv->soup);
   if (srv->recordings) g_hash_table_destroy(srv->recordings); /* files in our own folder go */
   if (srv->own_record_dir) {

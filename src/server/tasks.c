@@ -38,6 +38,7 @@ static void run_job(gpointer data, gpointer user) {
   t->queued = 0;
   if (t->status != FC_TASK_PENDING) { /* cancelled while queued */
     g_mutex_unlock(&ts->lock);
+    if (ts->kind->skipped) ts->kind->skipped(ts->srv, t);
     return;
   }
   t->status = FC_TASK_RUNNING;
@@ -204,5 +205,5 @@ GList *fc_tasks_all_locked(fc_tasks *ts) { return g_hash_table_get_values(ts->jo
 
 int fc_task_visible(const fc_tasks *ts, const fc_task *t, SoupServerMessage *msg) {
   const char *who = fc_http_owner(msg);
-  return !ts->srv->keys || !who || strcmp(who, t->owner) == 0;
+  return !ts->srv->keys || (who && strcmp(who, t->owner) == 0); /* with keys: a key's own only */
 }

@@ -39,6 +39,9 @@ typedef struct fc_task_kind {
   void (*json)(const fc_task *t, GString *out);
   /* Optional: the job leaves the table by request or eviction (lock held), e.g. its file. */
   void (*forget)(fc_task *t);
+  /* Optional: the job will not run (cancelled while queued; the job thread, no lock): what it
+   * holds for its run can go now. */
+  void (*skipped)(fc_server *srv, fc_task *t);
   void (*destroy)(fc_task *t);
 } fc_task_kind;
 

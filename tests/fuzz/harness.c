@@ -12,12 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <glib/gstdio.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static fc_server *srv;
 static int port, conn = -1;
 static char sid[64];
-static unsigned long calls;
+static gint64 sid_made; /* µs: unconnected sessions close after 30 s */
 
 static const char offer_json[] =
     "{\"type\":\"offer\",\"sdp\":\"v=0\\r\\no=- 1 2 IN IP4 127.0.0.1\\r\\ns=-\\r\\nt=0 0\\r\\n"
@@ -152,8 +154,8 @@ static void new_session(void) {
 }
 
 const char *fc_fuzz_session(void) {
-  /* unconnected sessions close after 30 s; a new one every 2,000 inputs, the old one deleted */
-  if (!sid[0] || ++calls % 2000 == 0) {
+  /* unconnected sessions close after 30 s: a new one every 20 s, the old one deleted */
+  if (!sid[0] || g_get_monotonic_time() - sid_made > 20 * G_USEC_PER_SEC) {
     if (sid[0]) {
       char path[128];
       snprintf(path, sizeof path, "/session/%s", sid);
@@ -161,17 +163,22 @@ const char *fc_fuzz_session(void) {
     }
     sid[0] = 0;
     new_session();
+    sid_made = g_get_monotonic_time();
   }
   return sid;
 }
 
 size_t fc_fuzz_with_session(const uint8_t *body, size_t n, uint8_t **out) {
   const char *id = fc_fuzz_session();
-  size_t idn = strlen(id), m = 0;
-  uint8_t *o = malloc(n * (idn > 3 ? idn : 3) + 1);
+  const char *media = srv ? fc_fuzz_media_dir() : "";
+  size_t idn = strlen(id), mn = strlen(media), m = 0;
+  size_t grow = idn > mn ? idn : mn;
+  uint8_t *o = malloc(n * (grow > 3 ? grow : 3) + 1);
   for (size_t i = 0; i < n;) {
     if (i + 3 <= n && !memcmp(body + i, "SID", 3)) {
       memcpy(o + m, id, idn), m += idn, i += 3;
+    } else if (i + 5 <= n && !memcmp(body + i, "MEDIA", 5)) {
+      memcpy(o + m, media, mn), m += mn, i += 5;
     } else {
       o[m++] = body[i++];
     }
@@ -180,15 +187,37 @@ size_t fc_fuzz_with_session(const uint8_t *body, size_t n, uint8_t **out) {
   return m;
 }
 
+static char media_dir[4200];
+const char *fc_fuzz_media_dir(void) { return media_dir; }
+
+/* A folder of its own for everything the server writes (avatar packs, uploads, recordings),
+ * and a media folder holding what a path check must refuse: a FIFO and a link out of it. */
+static void private_folders(void) {
+  char *root = g_dir_make_tmp("fc-fuzz-XXXXXX", NULL);
+  if (!root) abort();
+  char *media = g_build_filename(root, "media", NULL), *tmp = g_build_filename(root, "tmp", NULL);
+  g_mkdir(media, 0700);
+  g_mkdir(tmp, 0700);
+  char *fifo = g_build_filename(media, "fifo.mp4", NULL), *link = g_build_filename(media, "out.png", NULL);
+  mkfifo(fifo, 0600);
+  symlink("/etc/hostname", link);
+  g_setenv("FACECAST_DATA_DIR", root, TRUE);
+  g_setenv("TMPDIR", tmp, TRUE);
+  snprintf(media_dir, sizeof media_dir, "%s", media);
+  g_free(fifo), g_free(link), g_free(media), g_free(tmp), g_free(root);
+}
+
 void fc_fuzz_server_start(void) {
   if (srv) return;
+  private_folders();
   /* a GLib critical (an assertion in GLib, json-glib, libsoup) is a bug: make it a crash */
   g_log_set_always_fatal(G_LOG_FATAL_MASK | G_LOG_LEVEL_CRITICAL);
   fc_server_params p = fc_server_params_default();
   p.host = "127.0.0.1";
   p.port = 0;
   p.quiet = 1;
-  p.max_sessions = 3;
+  p.max_sessions = 8;
+  p.media_dirs = media_dir;
   int err;
   if (!(srv = fc_server_create(&p, &err))) {
     fprintf(stderr, "fuzz: server did not start\n");

@@ -8,7 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Starts the server once (127.0.0.1, any port, 3 sessions, the default avatar). */
+/* Starts the server once (127.0.0.1, any port, 8 sessions, the default avatar), its data,
+ * temporary and media folders private to this process. */
 void fc_fuzz_server_start(void);
 /* The id of a live session to aim requests at (a new one now and then). */
 const char *fc_fuzz_session(void);
@@ -20,7 +21,11 @@ int fc_fuzz_request(const char *method, const char *path, const char *ctype, con
 /* A new TCP connection to the server (blocking fd), and turning the server's loop for ms. */
 int fc_fuzz_connect(void);
 void fc_fuzz_pump(int ms);
-/* Replaces every "SID" in body with the current session id (a malloc'd copy in *out). */
+/* Replaces every "SID" in body with the current session id and every "MEDIA" with the media
+ * folder (a malloc'd copy in *out). */
 size_t fc_fuzz_with_session(const uint8_t *body, size_t n, uint8_t **out);
+/* The server's --media-dir: a private folder holding a FIFO (fifo.mp4) and a link out of it
+ * (out.png), both of which a path check must refuse. */
+const char *fc_fuzz_media_dir(void);
 
 #endif
