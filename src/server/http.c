@@ -177,6 +177,18 @@ const char *fc_http_query_get(GHashTable *q, const char *k) {
 
 /* Queues a job that answers msg when done, with msg paused until then. */
 void fc_http_queue_paused(fc_server *srv, SoupServerMessage *msg, fc_job *j) {
+  /* Speech waiting for a worker is bounded per session: each holds its text or upload and a
+   * connection until its turn. */
+  if (j->s && (j->kind == FC_JOB_SPEAK || j->kind == FC_JOB_AUDIO)) {
+    if (g_atomic_int_add(&j->s->jobs_waiting, 1) >= FC_SESSION_MAX_WAITING) {
+      g_atomic_int_add(&j->s->jobs_waiting, -1);
+      fc_http_error(msg, 429, "%d requests of this session already wait to be spoken; try again "
+                              "when one is done", FC_SESSION_MAX_WAITING);
+      fc_job_free(j);
+      return;
+    }
+    j->counted = 1;
+  }
   j->msg = g_object_ref(msg);
   soup_server_message_pause(msg);
   if (fc_job_push(srv, j)) { /* the job (and its reference to msg) is gone */

@@ -151,6 +151,7 @@ struct fc_session {
   fc_stream *stream;
   gint closed;        /* set once (atomic: the pacers read it without the lock) */
   gint pending;       /* atomic: the stream can make a frame now (fc_stream_producible) */
+  gint jobs_waiting;  /* atomic: speech requests queued for a worker (FC_SESSION_MAX_WAITING) */
   gint speech;        /* atomic: the stream holds speech not yet made into frames
                        * (both set under s->lock by whoever changed that; read without it) */
   GMutex q_lock;      /* the ready queue, fill_queued and pushed_utt */
@@ -255,7 +256,10 @@ typedef struct fc_job {
   char *name;             /* AUDIO: its file name, for messages */
   int interrupt;
   fc_recorder *rec; /* RECORD_STOP */
+  int counted;      /* in s->jobs_waiting until freed */
 } fc_job;
+void fc_job_free(fc_job *j);
+#define FC_SESSION_MAX_WAITING 8 /* /human and /humanaudio requests of a session in the queue */
 void fc_job_run(gpointer job, gpointer srv);
 int fc_job_push(fc_server *srv, fc_job *job);
 

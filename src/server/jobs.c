@@ -78,7 +78,8 @@ static int queue_speech(fc_session *s, const fc_speech *sp, int interrupt) {
 }
 
 /* Frees a job and what it holds (the paused request's reference too, if it still has one). */
-static void job_free(fc_job *j) {
+void fc_job_free(fc_job *j) {
+  if (j->counted) g_atomic_int_add(&j->s->jobs_waiting, -1);
   if (j->msg) g_object_unref(j->msg);
   fc_session_unref(j->s);
   if (j->data) g_bytes_unref(j->data);
@@ -143,7 +144,7 @@ void fc_job_run(gpointer data, gpointer user) {
     post_reply(srv, r);
   else
     free_reply(r);
-  job_free(j);
+  fc_job_free(j);
 }
 
 int fc_job_push(fc_server *srv, fc_job *j) {
@@ -151,6 +152,6 @@ int fc_job_push(fc_server *srv, fc_job *j) {
   if (g_thread_pool_push(srv->workers, j, &e)) return FC_OK;
   int err = fc_error_set(FC_ENOMEM, "cannot queue work: %s", e->message);
   g_error_free(e);
-  job_free(j);
+  fc_job_free(j);
   return err;
 }

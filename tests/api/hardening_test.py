@@ -556,6 +556,22 @@ def small_ones(port, sid, pid, log):
     st, js, _, _ = c.req("POST", "/humanaudio", body, ctype=ct)
     check(A.is_error(st, js, 429) and "at most 120 s" in js["msg"] and re.search(r"13\d\.\d s of speech", js["msg"]) is not None,
           f"130 s of speech over the 120 s queue: 429 saying both ({js and js['msg']})")
+    # speech requests waiting for a worker are bounded per session
+    c.post("/interrupt_talk", {"sessionid": sid})
+    statuses = []
+
+    def speak():
+        st, _, _, _ = A.Client(port).post("/human", {"sessionid": sid, "text": "A sentence to say. " * 40,
+                                                     "type": "echo", "interrupt": True})
+        statuses.append(st)
+    ts = [threading.Thread(target=speak) for _ in range(24)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    check(len(statuses) == 24 and statuses.count(429) >= 1 and all(x in (200, 429) for x in statuses),
+          f"24 speech requests at once on one session: some wait, the rest 429 ({sorted(set(statuses))})")
+    c.post("/interrupt_talk", {"sessionid": sid})
     d = tempfile.mkdtemp(prefix="fc_small_")
     bad = os.path.join(d, "bad.png")
     open(bad, "w").write("not an image")

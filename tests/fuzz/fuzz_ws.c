@@ -43,7 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fc_fuzz_pump(0);
   }
   for (int i = 0; i < 8; i++) fc_fuzz_pump(0); /* the server reads what is left */
-  close(fd);
+  fc_fuzz_close_reset(fd);
   fc_fuzz_pump(0);
   if (fc_fuzz_request("GET", "/healthz", "text/plain", (const uint8_t *)"", 0) != 200)
     __builtin_trap();

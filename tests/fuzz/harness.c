@@ -43,13 +43,27 @@ void fc_fuzz_pump(int ms) {
 }
 
 int fc_fuzz_connect(void) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) __builtin_trap();
-  return fd;
+  /* Hundreds of thousands of short connections can run the loopback's ephemeral ports out (in
+   * TIME_WAIT): that is the harness's limit, so connecting is retried for a while first. */
+  for (int tries = 0; tries < 200; tries++) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) return fd;
+    int e = errno;
+    close(fd);
+    if (e != EADDRNOTAVAIL && e != EAGAIN && e != ECONNREFUSED) break;
+    fc_fuzz_pump(50); /* the server's loop goes on meanwhile */
+  }
+  __builtin_trap(); /* the server does not take connections any more */
+}
+
+void fc_fuzz_close_reset(int fd) {
+  struct linger lg = {1, 0}; /* a reset: no TIME_WAIT left on this side */
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  close(fd);
 }
 
 static int send_all(int fd, const void *p, size_t n) {

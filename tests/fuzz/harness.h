@@ -20,6 +20,8 @@ int fc_fuzz_request(const char *method, const char *path, const char *ctype, con
                     size_t n);
 /* A new TCP connection to the server (blocking fd), and turning the server's loop for ms. */
 int fc_fuzz_connect(void);
+/* Closes a connection with a reset (the client side keeps no TIME_WAIT). */
+void fc_fuzz_close_reset(int fd);
 void fc_fuzz_pump(int ms);
 /* Replaces every "SID" in body with the current session id and every "MEDIA" with the media
  * folder (a malloc'd copy in *out). */
