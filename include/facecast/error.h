@@ -26,6 +26,7 @@ enum {
   FC_EAGAIN = -10,       /* try again after the other side has been served */
   FC_EEOF = -11,         /* end of stream */
   FC_ECANCELED = -12,    /* the operation was cancelled */
+  FC_EBUSY = -13,        /* at capacity (every place taken): try again later */
 };
 
 /* A static string naming err ("malformed data"); never NULL. */

@@ -1,10 +1,11 @@
-/* HTTP routes (LiveTalking's API plus WHEP, SSE, metrics, the web page) on libsoup 3: this file
- * holds the plumbing every route shares (responses, request parsing, the early body check,
- * registration) and the small routes; sessions are made in routes_session.c, spoken to in
- * routes_speech.c, avatars prepared in avatars.c.
+/* The HTTP plumbing every route shares, on libsoup 3, knowing no route: responses and the one
+ * error-code → status map, request parsing (JSON, forms, the session a request names, its API
+ * key), the early check every request passes before its body is read, and registration. The
+ * route table is routes.c; sessions are made in routes_session.c, spoken to in
+ * routes_speech.c; background jobs (avatars, renders) are src/jobs/.
  *
  * Every handler runs on the main loop and returns quickly: work that can take longer is queued
- * on the worker pool with the request paused, and finished from there (jobs.c). Request bodies
+ * on the worker pool with the request paused, and finished from there (workers.c). Request bodies
  * are bounded before they are read (an early handler refuses a missing or too large
  * Content-Length), JSON must be an object of the expected members, and every failure answers
  * {"code": -1, "msg": "..."} with a fitting 4xx/5xx status.
@@ -14,6 +15,7 @@
 #include "core/jsonin.h"
 #include "server/keys.h"
 #include "server/listener.h"
+#include "server/multipart.h"
 
 #include <json-glib/json-glib.h>
 #include <stdarg.h>
@@ -61,14 +63,19 @@ void fc_http_ok(SoupServerMessage *msg, const char *data_json) {
   soup_server_message_set_response(msg, "application/json", SOUP_MEMORY_TAKE, body, strlen(body));
 }
 
+/* The one map from facecast's error codes to HTTP statuses: what the client can fix is 4xx,
+ * what the server could not do is 5xx. */
 int fc_http_status_of(int err) {
   switch (err) {
-  case FC_EAGAIN: return 503;
+  case FC_EAGAIN: return 429;   /* this client's queue is full: slow down */
+  case FC_EBUSY: return 503;    /* the server is full: try again later */
   case FC_ENOTFOUND: return 404;
+  case FC_ECANCELED: return 409;
   case FC_ENOMEM:
   case FC_EMEDIA:
-  case FC_EIO: return 500;
-  default: return 400;
+  case FC_EIO:
+  case FC_ETTS: return 500;
+  default: return 400;          /* FC_EINVAL, FC_EFORMAT, FC_EUNSUPPORTED, FC_ENOFACE */
   }
 }
 
@@ -175,6 +182,42 @@ const char *fc_http_query_get(GHashTable *q, const char *k) {
   return q ? g_hash_table_lookup(q, k) : NULL;
 }
 
+/* multipart/form-data through our own parser (multipart.h says why not libsoup's). */
+int fc_http_multipart(SoupServerMessage *msg, const char *const *file_fields, GBytes **file,
+                      char **filename, const char *const *names, char **values, int n) {
+  SoupMessageHeaders *h = soup_server_message_get_request_headers(msg);
+  GHashTable *params = NULL;
+  soup_message_headers_get_content_type(h, &params);
+  const char *boundary = params ? g_hash_table_lookup(params, "boundary") : NULL;
+  GBytes *body = soup_message_body_flatten(soup_server_message_get_request_body(msg));
+  gsize len;
+  const char *d = g_bytes_get_data(body, &len);
+  fc_form_part parts[FC_MULTIPART_MAX_PARTS];
+  char why[120];
+  int np = fc_multipart_parse(d ? d : "", len, boundary, parts, FC_MULTIPART_MAX_PARTS, why, sizeof why);
+  *file = NULL;
+  if (filename) *filename = NULL;
+  for (int k = 0; k < n; k++) values[k] = NULL;
+  if (np < 0) {
+    fc_http_error(msg, 400, "%s", why);
+  } else {
+    for (int i = 0; i < np; i++) {
+      const fc_form_part *pt = &parts[i];
+      for (int k = 0; file_fields[k] && !*file; k++)
+        if (strcmp(pt->name, file_fields[k]) == 0) {
+          *file = g_bytes_new_from_bytes(body, (gsize)(pt->data - d), pt->size);
+          if (filename) *filename = g_strdup(pt->has_filename ? pt->filename : "upload");
+        }
+      for (int k = 0; k < n; k++)
+        if (strcmp(pt->name, names[k]) == 0 && !values[k])
+          values[k] = g_strstrip(g_strndup(pt->data, pt->size < 1024 ? pt->size : 1024));
+    }
+  }
+  g_bytes_unref(body);
+  if (params) g_hash_table_destroy(params);
+  return np < 0 ? -1 : 0;
+}
+
 /* Queues a job that answers msg when done, with msg paused until then. */
 void fc_http_queue_paused(fc_server *srv, SoupServerMessage *msg, fc_job *j) {
   /* Speech waiting for a worker is bounded per session: each holds its text or upload and a
@@ -211,71 +254,6 @@ void fc_http_serve_file(SoupServerMessage *msg, const char *file, const char *ty
   soup_message_headers_set_content_type(soup_server_message_get_response_headers(msg), type, NULL);
   soup_message_body_append_bytes(soup_server_message_get_response_body(msg), b);
   g_bytes_unref(b);
-}
-
-/* ---- health, metrics, static files ------------------------------------------------------ */
-
-static void h_healthz(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
-                      gpointer user) {
-  fc_server *srv = user;
-  g_mutex_lock(&srv->lock);
-  guint n = g_hash_table_size(srv->sessions);
-  g_mutex_unlock(&srv->lock);
-  /* The frame size and the mouth's box let clients (and tests) watch the lips. */
-  const fc_mouth_geom *m = fc_avatar_mouth(srv->avatar, 0);
-  char *d = g_strdup_printf(
-      "{\"sessions\":%u,\"max_sessions\":%d,\"model\":\"%s\",\"width\":%d,\"height\":%d,"
-      "\"mouth\":{\"x\":%d,\"y\":%d,\"w\":%d,\"h\":%d}}",
-      n, srv->p.max_sessions, fc_lipsync_name(srv->lipsync), fc_avatar_width(srv->avatar),
-      fc_avatar_height(srv->avatar), (int)(m->cx - m->half_w), (int)(m->cy - 0.05f * m->face_h),
-      (int)(2 * m->half_w), (int)(0.2f * m->face_h));
-  fc_http_ok(msg, d);
-  g_free(d);
-}
-
-static void h_metrics(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
-                      gpointer user) {
-  GString *o = g_string_new(NULL);
-  fc_metrics_render(user, o, fc_http_owner(msg));
-  soup_server_message_set_status(msg, 200, NULL);
-  gsize len = o->len;
-  soup_server_message_set_response(msg, "text/plain; version=0.0.4", SOUP_MEMORY_TAKE,
-                                   g_string_free(o, FALSE), len);
-}
-
-static const char *mime_of(const char *path) {
-  const char *dot = strrchr(path, '.');
-  static const char *const map[][2] = {{".html", "text/html; charset=utf-8"},
-                                       {".js", "text/javascript"},
-                                       {".mjs", "text/javascript"},
-                                       {".css", "text/css"},
-                                       {".json", "application/json"},
-                                       {".svg", "image/svg+xml"},
-                                       {".png", "image/png"},
-                                       {".ico", "image/x-icon"}};
-  for (size_t i = 0; dot && i < G_N_ELEMENTS(map); i++)
-    if (g_ascii_strcasecmp(dot, map[i][0]) == 0) return map[i][1];
-  return "application/octet-stream";
-}
-
-static void h_static(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
-                     gpointer user) {
-  fc_server *srv = user;
-  if (!fc_http_is_method(msg, "GET") && !fc_http_is_method(msg, "HEAD")) {
-    fc_http_error(msg, 404, "no route %s %s", soup_server_message_get_method(msg), path);
-    return;
-  }
-  if (strcmp(path, "/") == 0) path = "/index.html";
-  if (strstr(path, "..") || strchr(path, '\\')) {
-    fc_http_error(msg, 400, "bad path");
-    return;
-  }
-  char *file = g_build_filename(srv->web_dir, path + 1, NULL);
-  if (g_file_test(file, G_FILE_TEST_IS_REGULAR))
-    fc_http_serve_file(msg, file, mime_of(file));
-  else
-    fc_http_error(msg, 404, "not found: %s", path);
-  g_free(file);
 }
 
 /* Refusals before the body is read go straight to the connection (listener.h): libsoup reads
@@ -364,49 +342,18 @@ static int check_request(fc_server *srv, SoupServerMessage *msg, const char *pat
   return 1;
 }
 
-static void early_api(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
+void fc_http_early_api(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
                       gpointer user) {
   check_request(user, msg, path, 1);
 }
 
-static void early_page(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
+void fc_http_early_page(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
                        gpointer user) {
   check_request(user, msg, path, strcmp(path, "/healthz") != 0 && strncmp(path, "/api/", 5) == 0);
 }
 
 void fc_http_route(fc_server *srv, const char *path, SoupServerCallback cb) {
-  soup_server_add_early_handler(srv->soup, path, early_api, srv, NULL);
+  soup_server_add_early_handler(srv->soup, path, fc_http_early_api, srv, NULL);
   soup_server_add_handler(srv->soup, path, cb, srv, NULL);
 }
 
-void fc_http_register(fc_server *srv) {
-  static const struct {
-    const char *path;
-    SoupServerCallback cb;
-    int api; /* a control route: API keys apply */
-  } routes[] = {{"/offer", fc_route_offer, 1},
-                {"/whep", fc_route_whep, 1},
-                {"/session", fc_route_session, 1},
-                {"/human", fc_route_human, 1},
-                {"/humanaudio", fc_route_humanaudio, 1},
-                {"/interrupt_talk", fc_route_interrupt, 1},
-                {"/is_speaking", fc_route_is_speaking, 1},
-                {"/set_audiotype", fc_route_set_audiotype, 1},
-                {"/record", fc_route_record, 1},
-                {"/sse", fc_route_sse, 1},
-                {"/metrics", h_metrics, 1},
-                {"/healthz", h_healthz, 0},
-                {NULL, h_static, 0}};
-  SoupServer *s = srv->soup;
-  /* libsoup keeps early and normal handlers in one entry per path and picks the most specific
-   * path, so the body check is registered on every path, not once at the root. */
-  for (size_t i = 0; i < G_N_ELEMENTS(routes); i++) {
-    soup_server_add_early_handler(s, routes[i].path, routes[i].api ? early_api : early_page, srv,
-                                  NULL);
-    soup_server_add_handler(s, routes[i].path, routes[i].cb, srv, NULL);
-  }
-  soup_server_add_early_handler(s, "/ws/audio", early_api, srv, NULL);
-  soup_server_add_websocket_handler(s, "/ws/audio", NULL, NULL, fc_route_ws_audio, srv, NULL);
-  fc_avatar_tasks_register(srv);
-  fc_render_tasks_register(srv);
-}

@@ -111,8 +111,8 @@ typedef struct fc_server {
   GHashTable *recordings; /* session id → fc_recording: its last finished one (main loop) */
   GThreadPool *workers;
 
-  struct fc_avatar_tasks *avatar_tasks; /* avatars.c */
-  struct fc_tasks *render_tasks;       /* renders.c (tasks.h) */
+  struct fc_avatar_tasks *avatar_tasks; /* src/jobs/avatars.c */
+  struct fc_tasks *render_tasks;       /* src/jobs/renders.c (jobs/tasks.h) */
 
   /* Pacer threads: each paces the sessions whose shard is its index (pacer.c). */
   struct fc_pacer *pacers;
@@ -240,7 +240,7 @@ int fc_server_sched_start(fc_server *srv);
 int fc_pacer_start(fc_server *srv);
 void fc_pacer_stop(fc_server *srv);
 
-/* jobs.c: the worker pool's jobs. */
+/* workers.c: the worker pool and its jobs. */
 typedef enum fc_job_kind {
   FC_JOB_FILL,
   FC_JOB_SPEAK,
@@ -284,8 +284,9 @@ void fc_recorder_push(fc_recorder *r, const uint8_t *i420, const int16_t *pcm, i
  * worker. */
 int fc_recorder_finish(fc_recorder *r, char **path);
 
-/* http.c */
+/* routes.c: the route table */
 void fc_http_register(fc_server *srv);
+/* http.c: plumbing */
 /* Helpers for the route files: answer 405 / parse a JSON object body (answering 4xx and
  * returning NULL when it is not one) / the early body-size check every POST route needs. */
 int fc_http_require_method(SoupServerMessage *msg, const char *m);
@@ -300,6 +301,11 @@ int fc_http_multipart(SoupServerMessage *msg, const char *const *file_fields, GB
  * for path and everything below it. Every route is registered through this (or in
  * fc_http_register's table): a path without the early check would read any body. */
 void fc_http_route(fc_server *srv, const char *path, SoupServerCallback cb);
+/* The early check (http.c) of a control route and of a page (/healthz, static files). */
+void fc_http_early_api(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
+                       gpointer user);
+void fc_http_early_page(SoupServer *server, SoupServerMessage *msg, const char *path,
+                        GHashTable *q, gpointer user);
 #define FC_MAX_AVATAR_UPLOAD (256 * 1024 * 1024) /* a video for avatar creation */
 /* More helpers of http.c for the route files (routes_session.c, routes_speech.c): */
 char *fc_http_json_quote(const char *s);               /* a JSON string literal (g_free it) */
@@ -340,10 +346,10 @@ FC_ROUTE(sse);
 void fc_route_ws_audio(SoupServer *server, SoupServerMessage *msg, const char *path,
                        SoupWebsocketConnection *conn, gpointer user);
 
-/* avatars.c: the avatar studio's HTTP tasks (/api/avatar/task...). */
+/* src/jobs/avatars.c: the avatar studio's HTTP tasks (/api/avatar/task...). */
 void fc_avatar_tasks_register(fc_server *srv);
 void fc_avatar_tasks_free(fc_server *srv);
-/* renders.c: bulk MP4 renders through the scheduler (POST/GET/DELETE /api/render). Free
+/* src/jobs/renders.c: bulk MP4 renders through the scheduler (POST/GET/DELETE /api/render). Free
  * before the scheduler: a running render is its client. */
 void fc_render_tasks_register(fc_server *srv);
 void fc_render_tasks_free(fc_server *srv);

@@ -4,7 +4,6 @@
 #include "facecast/error.h"
 #include "server/internal.h"
 #include "server/listener.h"
-#include "server/multipart.h"
 
 #include <json-glib/json-glib.h>
 #include <stdarg.h>
@@ -65,41 +64,6 @@ void fc_route_human(SoupServer *server, SoupServerMessage *msg, const char *path
   }
   if (s) fc_session_unref(s);
   g_object_unref(jp);
-}
-
-int fc_http_multipart(SoupServerMessage *msg, const char *const *file_fields, GBytes **file,
-                      char **filename, const char *const *names, char **values, int n) {
-  SoupMessageHeaders *h = soup_server_message_get_request_headers(msg);
-  GHashTable *params = NULL;
-  soup_message_headers_get_content_type(h, &params);
-  const char *boundary = params ? g_hash_table_lookup(params, "boundary") : NULL;
-  GBytes *body = soup_message_body_flatten(soup_server_message_get_request_body(msg));
-  gsize len;
-  const char *d = g_bytes_get_data(body, &len);
-  fc_form_part parts[FC_MULTIPART_MAX_PARTS];
-  char why[120];
-  int np = fc_multipart_parse(d ? d : "", len, boundary, parts, FC_MULTIPART_MAX_PARTS, why, sizeof why);
-  *file = NULL;
-  if (filename) *filename = NULL;
-  for (int k = 0; k < n; k++) values[k] = NULL;
-  if (np < 0) {
-    fc_http_error(msg, 400, "%s", why);
-  } else {
-    for (int i = 0; i < np; i++) {
-      const fc_form_part *pt = &parts[i];
-      for (int k = 0; file_fields[k] && !*file; k++)
-        if (strcmp(pt->name, file_fields[k]) == 0) {
-          *file = g_bytes_new_from_bytes(body, (gsize)(pt->data - d), pt->size);
-          if (filename) *filename = g_strdup(pt->has_filename ? pt->filename : "upload");
-        }
-      for (int k = 0; k < n; k++)
-        if (strcmp(pt->name, names[k]) == 0 && !values[k])
-          values[k] = g_strstrip(g_strndup(pt->data, pt->size < 1024 ? pt->size : 1024));
-    }
-  }
-  g_bytes_unref(body);
-  if (params) g_hash_table_destroy(params);
-  return np < 0 ? -1 : 0;
 }
 
 void fc_route_humanaudio(SoupServer *server, SoupServerMessage *msg, const char *path,

@@ -106,7 +106,7 @@ fc_session *fc_session_new(fc_server *srv, fc_avatar *av, const char *owner, int
   if ((int)n >= srv->p.max_sessions) {
     srv->sessions_rejected++;
     *err =
-        fc_error_set(FC_EAGAIN, "all %d sessions are in use; try again later", srv->p.max_sessions);
+        fc_error_set(FC_EBUSY, "all %d sessions are in use; try again later", srv->p.max_sessions);
     fc_server_avatar_put(srv, av);
     return NULL;
   }
@@ -165,7 +165,7 @@ fc_session *fc_session_new(fc_server *srv, fc_avatar *av, const char *owner, int
     g_mutex_unlock(&srv->lock);
     srv->sessions_rejected++;
     *err =
-        fc_error_set(FC_EAGAIN, "all %d sessions are in use; try again later", srv->p.max_sessions);
+        fc_error_set(FC_EBUSY, "all %d sessions are in use; try again later", srv->p.max_sessions);
     goto fail;
   }
   fc_session_ref(s);

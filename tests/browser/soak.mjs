@@ -7,9 +7,12 @@
  *    recorded from its first minute to its last; at the end tone bursts go in through
  *    /humanaudio and the recording's last seconds give the A/V offset after the hour (the
  *    mouth's onsets against the bursts', as tests/browser/avsync.test.mjs does).
- * Every minute the server's RSS, open fds and threads are sampled. After the churn: RSS growth
- * from the baseline (taken after the first round) must stay under 5 %, and fds and threads
- * must be back where they were. Prints a report and writes it as JSON to the path in
+ * Every minute the server's RSS, open fds and threads are sampled, and after every round (no
+ * churning session open then, so these are comparable). The baseline is the first round end
+ * after WARM_MIN minutes (5: the allocator's arenas and the libraries' caches grow to their
+ * working size first); after the churn, RSS growth from it must stay under 5 %, and fds and
+ * threads must be back where they were. The growth from the very first round is reported
+ * too. Prints a report and writes it as JSON to the path in
  * SOAK_REPORT (default build/soak-report.json). Exit 1 when a bound is broken. */
 import fs from 'node:fs';
 import http from 'node:http';
@@ -22,6 +25,7 @@ import { repoRoot, startServer } from './server.mjs';
 
 const CHURN_MIN = Number(process.env.CHURN_MIN || 30);
 const TALK_MIN = Number(process.env.TALK_MIN || 60);
+const WARM_MIN = Number(process.env.WARM_MIN || 5);
 const ROUND = 20;
 const FPS = 25;
 const REPORT = process.env.SOAK_REPORT || path.join(repoRoot, 'build', 'soak-report.json');
@@ -145,14 +149,17 @@ async function talkHour(browser, base, rep) {
     'Numbers: one, two, three, four, five, six, seven, eight, nine, ten.',
   ];
   let k = 0;
-  /* keep 5 to 20 s of speech queued: never silent, never refused */
+  /* a sentence (about 5 s of speech) every 4.5 s: never silent, the queue short */
   while (Date.now() < end - 20000) {
     const r = await request('POST', `${base}/human`, { json: { sessionid: id, text: lines[k++ % lines.length], type: 'echo' } });
     if (r.status !== 200) rep.talk.refused = (rep.talk.refused || 0) + 1;
-    await delay(4000);
+    await delay(4500);
   }
   rep.talk.requests = k;
-  await waitFor(async () => !(await page.evaluate(() => window.fc.isSpeaking())), { timeoutMs: 60000, what: 'quiet' });
+  rep.talk.speakingAtEnd = await page.evaluate(() => window.fc.isSpeaking());
+  /* the bursts go in after what is queued is cut: they must start on a quiet mouth */
+  await request('POST', `${base}/interrupt_talk`, { json: { sessionid: id } });
+  await waitFor(async () => !(await page.evaluate(() => window.fc.isSpeaking())), { timeoutMs: 10000, what: 'quiet' });
   await delay(800);
   const { body, contentType } = multipart([
     { name: 'sessionid', value: id },
@@ -195,20 +202,29 @@ async function main() {
   const stream = httpStream(srv.url, () => talkId, churnEnd);
   const timer = setInterval(() => sample('minute'), 60000);
 
-  /* warm-up round, then the baseline */
-  await churnRound(browser, srv.url, rep.churn);
-  rep.churn.rounds++;
-  await delay(3000);
-  const base = sample('baseline (after the first round)');
-  while (Date.now() < churnEnd) {
+  /* rounds until the warm-up is over, then the baseline at a round's end */
+  let first = null, base = null;
+  rep.rounds = [];
+  while (!base || Date.now() < churnEnd) {
     await churnRound(browser, srv.url, rep.churn);
     rep.churn.rounds++;
+    await delay(3000);
+    const s = sample(`after round ${rep.churn.rounds}`);
+    rep.rounds.push(s);
+    if (!first) first = s;
+    if (!base && Date.now() - t0 >= WARM_MIN * 60000) {
+      base = s;
+      say(`baseline (after ${WARM_MIN} min of warm-up): RSS ${s.rssMb.toFixed(1)} MB`);
+    }
   }
   await stream.done;
   rep.http = stream.stats;
   await delay(5000);
   const endChurn = sample('after the churn');
   rep.churn.rssGrowthPct = 100 * (endChurn.rssMb - base.rssMb) / base.rssMb;
+  rep.churn.rssGrowthFromFirstRoundPct = 100 * (endChurn.rssMb - first.rssMb) / first.rssMb;
+  rep.churn.baselineMb = base.rssMb;
+  rep.churn.firstRoundMb = first.rssMb;
   rep.churn.fdDelta = endChurn.fds - base.fds;
   rep.churn.threadDelta = endChurn.threads - base.threads;
   if (!(rep.churn.rssGrowthPct < 5)) rep.failures.push(`RSS grew ${rep.churn.rssGrowthPct.toFixed(1)} % (limit 5 %)`);
@@ -231,7 +247,9 @@ async function main() {
   fs.mkdirSync(path.dirname(REPORT), { recursive: true });
   fs.writeFileSync(REPORT, JSON.stringify(rep, null, 2));
   say(`churn: ${rep.churn.sessions} sessions in ${rep.churn.rounds} rounds; HTTP ${rep.http.sent} requests ` +
-      `${JSON.stringify(rep.http.byStatus)}; RSS ${rep.churn.rssGrowthPct.toFixed(2)} %, fds Δ ${rep.churn.fdDelta}, ` +
+      `${JSON.stringify(rep.http.byStatus)}; RSS ${rep.churn.baselineMb.toFixed(1)} -> ` +
+      `${endChurn.rssMb.toFixed(1)} MB (${rep.churn.rssGrowthPct.toFixed(2)} % from the baseline, ` +
+      `${rep.churn.rssGrowthFromFirstRoundPct.toFixed(2)} % from the first round), fds Δ ${rep.churn.fdDelta}, ` +
       `threads Δ ${rep.churn.threadDelta}`);
   say(`talk: ${(rep.talk.minutes || 0).toFixed(1)} min, ${rep.talk.requests} sentences, recording ` +
       `${((rep.talk.recordingBytes || 0) / 1e6).toFixed(1)} MB; A/V offsets at the end ` +

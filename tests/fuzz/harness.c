@@ -47,16 +47,23 @@ int fc_fuzz_connect(void) {
                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   /* Hundreds of thousands of short connections can run the loopback's ephemeral ports out (in
    * TIME_WAIT): that is the harness's limit, so connecting is retried for a while first. */
+  int e = 0;
   for (int tries = 0; tries < 200; tries++) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      e = errno;
+      fc_fuzz_pump(50);
+      continue;
+    }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) return fd;
-    int e = errno;
+    e = errno;
     close(fd);
     if (e != EADDRNOTAVAIL && e != EAGAIN && e != ECONNREFUSED) break;
     fc_fuzz_pump(50); /* the server's loop goes on meanwhile */
   }
+  fprintf(stderr, "fuzz: cannot connect to the server: %s\n", g_strerror(e));
   __builtin_trap(); /* the server does not take connections any more */
 }
 

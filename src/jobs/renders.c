@@ -22,7 +22,7 @@
 #include "facecast/studio.h"
 #include "facecast/tts.h"
 #include "server/internal.h"
-#include "server/tasks.h"
+#include "jobs/tasks.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* Background tasks over HTTP (see tasks.h): the table, its one job thread and its answers. */
-#include "server/tasks.h"
+#include "jobs/tasks.h"
 
 #include "facecast/error.h"
 #include "server/internal.h"

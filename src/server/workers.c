@@ -1,4 +1,4 @@
-/* Worker-pool jobs: everything a request starts that may take longer than the main loop can
+/* The worker pool (its jobs): everything a request starts that may take longer than the main loop can
  * wait (speech synthesis, WAV decoding, finishing an MP4) and frame production. A job that
  * answers a request finishes it on the main loop (the request stays paused until then). */
 #include "facecast/error.h"
@@ -52,17 +52,6 @@ static void post_reply(fc_server *srv, reply *r) {
   g_source_set_callback(src, deliver_reply, r, free_reply);
   g_source_attach(src, srv->ctx);
   g_source_unref(src);
-}
-
-static int status_of(int err) {
-  switch (err) {
-  case FC_EAGAIN: return 429;
-  case FC_ENOMEM:
-  case FC_EMEDIA:
-  case FC_EIO:
-  case FC_ETTS: return 500;
-  default: return 400;
-  }
 }
 
 /* Queues speech on the session (interrupting first when asked) and starts production. */
@@ -136,7 +125,7 @@ void fc_job_run(gpointer data, gpointer user) {
   }
   }
   if (err) {
-    r->status = status_of(err);
+    r->status = fc_http_status_of(err);
     g_free(r->text);
     r->text = g_strdup(fc_error_detail(err));
   }

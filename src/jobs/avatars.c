@@ -24,7 +24,7 @@
 #include "facecast/pack.h"
 #include "facecast/studio.h"
 #include "server/internal.h"
-#include "server/tasks.h"
+#include "jobs/tasks.h"
 
 #include "core/stale.h"
 
