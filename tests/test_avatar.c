@@ -1,5 +1,6 @@
 /* Avatar v0 from a photo: framing, face box mapping, mouth geometry, bad inputs. */
 #include "facecast/avatar.h"
+#include "avatar/image.h"
 #include "facecast/error.h"
 #include "fc_test.h"
 

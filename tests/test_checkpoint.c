@@ -8,11 +8,11 @@
  * entry, bad safetensors offsets and malicious .npy headers. Crafted inputs are built in memory
  * by the small pickle and zip writers below.
  */
-#include "facecast/checkpoint.h"
+#include "modelfile/checkpoint.h"
 #include "facecast/error.h"
-#include "facecast/npy.h"
+#include "modelfile/npy.h"
 #include "fc_test.h"
-#include "runtime/ckpt_internal.h"
+#include "modelfile/ckpt_internal.h"
 
 #include <stdint.h>
 #include <string.h>

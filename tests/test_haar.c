@@ -4,8 +4,8 @@
  * rejected with the right code and a detail naming the file).
  * Reference numbers: shared/research/formats.md §2.4 (cv2 4.6 detectMultiScale). */
 #include "facecast/error.h"
-#include "facecast/haar.h"
-#include "facecast/image.h"
+#include "avatar/haar.h"
+#include "avatar/image.h"
 
 #include "fc_test.h"
 

@@ -4,7 +4,7 @@
  * return the right negative code with a detail naming the file, never crash).
  * Files are written under a mkdtemp() directory that is removed at the end. */
 #include "facecast/error.h"
-#include "facecast/image.h"
+#include "avatar/image.h"
 
 #include "fc_test.h"
 

@@ -7,9 +7,9 @@
  * aborts on one), arguments, threads; and the load time and µs per prediction (printed). */
 #include "core/file.h"
 #include "facecast/error.h"
-#include "facecast/haar.h"
-#include "facecast/image.h"
-#include "facecast/landmarks.h"
+#include "avatar/haar.h"
+#include "avatar/image.h"
+#include "avatar/landmarks.h"
 
 #include "fc_test.h"
 

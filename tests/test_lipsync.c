@@ -1,8 +1,8 @@
 /* Visemes, the parametric backend, the compositor and the stream that ties them together. */
-#include "facecast/compose.h"
+#include "compose/compose.h"
 #include "facecast/error.h"
 #include "facecast/stream.h"
-#include "facecast/visemes.h"
+#include "lipsync/visemes.h"
 #include "fc_test.h"
 
 #include <stdlib.h>

@@ -4,7 +4,7 @@
  * and destroy at awkward moments. All traffic stays on this machine's own addresses. */
 #define GST_USE_UNSTABLE_API
 #include "facecast/error.h"
-#include "facecast/live.h"
+#include "media/live.h"
 #include "fc_test.h"
 #include "media/x264_live.h"
 

@@ -11,7 +11,7 @@
  * cases cover n = 0, bad arguments, short-mel window padding, handle reuse, concurrent handles,
  * and time 60 s of audio. */
 #include "facecast/error.h"
-#include "facecast/mel.h"
+#include "audio/mel.h"
 
 #include "fc_test.h"
 

@@ -15,7 +15,7 @@
  * each holding half of it (Pss = Rss / 2), i.e. one copy.
  */
 #include "facecast/error.h"
-#include "facecast/pack.h"
+#include "avatar/pack.h"
 #include "fc_test.h"
 
 #include <fcntl.h>

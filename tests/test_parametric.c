@@ -6,9 +6,9 @@
  * picture steps, and an avatar without landmarks still renders (v0). Classifier: on held-out
  * espeak-ng sentences its tracker output follows the phoneme-driven one better than the frame
  * level alone does, and silence is closed. */
-#include "facecast/audio_visemes.h"
+#include "lipsync/audio_visemes.h"
 #include "facecast/error.h"
-#include "facecast/visemes.h"
+#include "lipsync/visemes.h"
 #include "fc_test.h"
 
 #include <stdlib.h>

@@ -7,7 +7,7 @@
  * on order and counts; timing bounds are loose (a loaded 2-core machine must pass). The
  * latency controller is also driven directly with synthetic batch times (exact, no clock). */
 #include "facecast/error.h"
-#include "facecast/sched.h"
+#include "sched/sched.h"
 #include "fc_test.h"
 #include "sched/internal.h"
 

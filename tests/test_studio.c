@@ -2,13 +2,13 @@
  * triggered by the degradation made for it, and the untouched portrait passes), avatar packs
  * made from a photo and from a video (round trip through fc_avatar_open_pack and the
  * compositor), and the CLI (create, list, show, refusals and corrupt packs). */
-#include "avatar/studio_internal.h"
+#include "studio/studio_internal.h"
 #include "facecast/avatar.h"
-#include "facecast/compose.h"
+#include "compose/compose.h"
 #include "facecast/error.h"
-#include "facecast/pack.h"
+#include "avatar/pack.h"
 #include "facecast/stream.h"
-#include "facecast/studio.h"
+#include "studio/studio.h"
 #include "fc_test.h"
 
 #include <math.h>

@@ -9,11 +9,11 @@
  * fp16 close — the sources uploaded once per key, and a working set beyond the device cache's
  * key table (dropped and refilled) still giving the right bytes. */
 #include "facecast/avatar.h"
-#include "facecast/compose.h"
+#include "compose/compose.h"
 #include "facecast/error.h"
 #include "facecast/lipsync.h"
 #include "facecast/stream.h"
-#include "facecast/wav2lip.h"
+#include "lipsync/wav2lip/wav2lip.h"
 #include "fc_test.h"
 #include "lipsync/wav2lip/w2l_composite.h"
 

@@ -11,10 +11,10 @@
  * Then "cuda" (cuDNN) at fp32 (within 1e-3 of out.npy) and fp16 (3e-2), batches 1..128 from
  * tiled fixture samples; skipped (and passing) without a GPU or without CUDA in the build.
  * W2L_FULL_DIR=DIR adds the full-width network on cuda (see test_cuda_full). */
-#include "facecast/checkpoint.h"
+#include "modelfile/checkpoint.h"
 #include "facecast/error.h"
-#include "facecast/npy.h"
-#include "facecast/wav2lip.h"
+#include "modelfile/npy.h"
+#include "lipsync/wav2lip/wav2lip.h"
 #include "fc_test.h"
 #include "lipsync/wav2lip/w2l_internal.h"
 

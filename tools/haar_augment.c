@@ -13,8 +13,8 @@
  *   python3 tools/fit_dlib_box.py tests/data/landmarks/haar_hog_pairs.txt
  */
 #include "facecast/error.h"
-#include "facecast/haar.h"
-#include "facecast/image.h"
+#include "avatar/haar.h"
+#include "avatar/image.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -12,8 +12,7 @@
 #ifndef FACECAST_AVATAR_H
 #define FACECAST_AVATAR_H
 
-#include "facecast/image.h"
-#include "facecast/landmarks.h"
+#include "facecast/picture.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -61,6 +60,14 @@ fc_avatar *fc_avatar_open_pack(const char *path_or_id, int *err);
 /* Whether an --avatar argument names a pack (a .fcpack file, or a bare id such as "anna")
  * rather than a photo (any other file name). */
 int fc_avatar_is_pack_ref(const char *s);
+
+/* Where packs live: $FACECAST_DATA_DIR/avatars, else the build's data/avatars. */
+const char *fc_avatar_dir(void);
+/* Whether id is a valid avatar id. */
+int fc_avatar_id_valid(const char *id);
+/* The pack file an avatar argument names: a path (with a '/' or ending in .fcpack) as it is,
+ * an id as dir/ID.fcpack (dir NULL: fc_avatar_dir()). 0, or FC_EINVAL with a detail. */
+int fc_avatar_pack_path(const char *dir, const char *path_or_id, char *out, size_t n);
 void fc_avatar_destroy(fc_avatar *av);
 
 /* The pack's avatar id, or "default" for an avatar made from a photo. */

@@ -24,7 +24,7 @@
  * Threads: FFTW's planner (plan creation and destruction) is not thread-safe, so both run under
  * one static mutex; fftwf_execute on a handle's own plan is. A single fc_mel is NOT thread-safe
  * (its FFT buffers are scratch): use one per thread. */
-#include "facecast/mel.h"
+#include "audio/mel.h"
 
 #include "facecast/error.h"
 

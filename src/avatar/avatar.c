@@ -10,9 +10,8 @@
  */
 #include "facecast/avatar.h"
 #include "facecast/error.h"
-#include "facecast/haar.h"
-#include "facecast/pack.h"
-#include "facecast/studio.h"
+#include "avatar/haar.h"
+#include "avatar/pack.h"
 
 #include <libyuv.h>
 #include <math.h>

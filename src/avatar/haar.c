@@ -23,7 +23,7 @@
  * - Integral images are uint32 and may wrap on huge images; unsigned wrap-around keeps window
  *   differences exact, as they are far below 2^32.
  */
-#include "facecast/haar.h"
+#include "avatar/haar.h"
 
 #include "facecast/error.h"
 

@@ -17,7 +17,7 @@
  *   on every machine and compiler.
  */
 #include "core/file.h"
-#include "facecast/image.h"
+#include "avatar/image.h"
 
 #include "facecast/error.h"
 
@@ -35,32 +35,10 @@
 
 #include <jerror.h>
 
-#define FC_IMAGE_MAX_SIDE 32768
-#define FC_IMAGE_MAX_PIXELS (1L << 28) /* 256 Mpixel, 768 MiB of RGB */
 #define FC_IMAGE_MAX_FILE (1 << 30)    /* compressed input, bytes */
 
 static const uint8_t png_magic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
 static const uint8_t jpeg_magic[3] = {0xff, 0xd8, 0xff};
-
-int fc_image_alloc(fc_image *img, int w, int h) {
-  if (!img) return fc_error_set(FC_EINVAL, "fc_image_alloc: NULL image");
-  memset(img, 0, sizeof *img);
-  if (w <= 0 || h <= 0 || w > FC_IMAGE_MAX_SIDE || h > FC_IMAGE_MAX_SIDE ||
-      (long)w * h > FC_IMAGE_MAX_PIXELS)
-    return fc_error_set(FC_EINVAL, "image size %dx%d out of range", w, h);
-  img->rgb = calloc((size_t)w * (size_t)h, 3);
-  if (!img->rgb) return fc_error_set(FC_ENOMEM, "out of memory for a %dx%d image", w, h);
-  img->w = w;
-  img->h = h;
-  img->stride = 3 * w;
-  return FC_OK;
-}
-
-void fc_image_free(fc_image *img) {
-  if (!img) return;
-  free(img->rgb);
-  memset(img, 0, sizeof *img);
-}
 
 /* ---- PNG decoding ---------------------------------------------------------------------- */
 

@@ -22,7 +22,7 @@
  * - The model is immutable after loading and fc_shape_predict keeps its scratch on the stack,
  *   so it may run on several threads at once.
  */
-#include "facecast/landmarks.h"
+#include "avatar/landmarks.h"
 
 #include "facecast/error.h"
 

@@ -5,7 +5,7 @@
 #define FC_PACK_INTERNAL_H
 
 #include "facecast/error.h"
-#include "facecast/pack.h"
+#include "avatar/pack.h"
 
 #include <errno.h>
 #include <fcntl.h>

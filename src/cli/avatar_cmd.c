@@ -12,8 +12,8 @@
 #include "cli/cli.h"
 #include "core/stale.h"
 #include "facecast/error.h"
-#include "facecast/pack.h"
-#include "facecast/studio.h"
+#include "avatar/pack.h"
+#include "studio/studio.h"
 
 #include <dirent.h>
 #include <getopt.h>

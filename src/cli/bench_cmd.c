@@ -5,10 +5,10 @@
  * render to MP4 (adding x264 + AAC + mux), and prints both as frames/s and × real time. */
 #include "cli/cli.h"
 #include "facecast/error.h"
-#include "facecast/live.h"
+#include "media/live.h"
 #include "facecast/render.h"
 #include "facecast/server.h"
-#include "facecast/wav2lip.h"
+#include "lipsync/wav2lip/wav2lip.h"
 
 #include <getopt.h>
 #include <stdio.h>

@@ -15,7 +15,7 @@
  * the end. */
 #include "cli/cli.h"
 #include "facecast/error.h"
-#include "facecast/pack.h"
+#include "avatar/pack.h"
 
 #include <fcntl.h>
 #include <getopt.h>

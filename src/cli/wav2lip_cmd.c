@@ -8,8 +8,8 @@
  * size other than max-batch) and the best later pass, in frames/s. */
 #include "cli/cli.h"
 #include "facecast/error.h"
-#include "facecast/npy.h"
-#include "facecast/wav2lip.h"
+#include "modelfile/npy.h"
+#include "lipsync/wav2lip/wav2lip.h"
 
 #include <getopt.h>
 #include <stdint.h>

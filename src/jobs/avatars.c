@@ -21,8 +21,8 @@
  * is refused without looking at it, so nobody learns which files exist. An avatar id in use is
  * replaced only with "overwrite": true; "default" and the server's own avatar never. */
 #include "facecast/error.h"
-#include "facecast/pack.h"
-#include "facecast/studio.h"
+#include "avatar/pack.h"
+#include "studio/studio.h"
 #include "server/internal.h"
 #include "jobs/tasks.h"
 

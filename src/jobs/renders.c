@@ -19,7 +19,7 @@
  * complete). */
 #include "facecast/error.h"
 #include "facecast/render.h"
-#include "facecast/studio.h"
+#include "studio/studio.h"
 #include "facecast/tts.h"
 #include "server/internal.h"
 #include "jobs/tasks.h"

@@ -6,7 +6,7 @@
  * under pthread_once; the model's coefficients come from the generated audio_visemes_model.h.
  * Everything per frame works on the stack and the caller's fc_avis.
  */
-#include "facecast/audio_visemes.h"
+#include "lipsync/audio_visemes.h"
 #include "facecast/audio.h"
 #include "lipsync/audio_visemes_model.h"
 

@@ -6,7 +6,7 @@
  * audio_visemes.c, whose state the tracker embeds; the phoneme path uses its silence test.
  */
 #include "facecast/audio.h"
-#include "facecast/visemes.h"
+#include "lipsync/visemes.h"
 
 #include <math.h>
 #include <string.h>

@@ -7,7 +7,7 @@
  * branches never wait on each other (a demuxer feeding both would otherwise stall when the
  * pulled branch is full and the other is not drained). Only the first video and the first
  * audio stream are used; any further stream is sent to a fakesink. */
-#include "facecast/decode.h"
+#include "media/decode.h"
 #include "facecast/error.h"
 #include "media/gst_common.h"
 

@@ -70,105 +70,31 @@
  * destroy returns. Consequently a callback must not call fc_live_destroy (it would wait for
  * itself); the header already asks callers to marshal callbacks to their own loop.
  *
- * Everything GObject/GStreamer stays in src/media: this file, and gst_common.c for the
- * plumbing it shares with mp4.c (initialisation, making and linking elements, x264's preset,
- * buffer pools, the first-error slot). */
-#include "facecast/live.h"
+ * Files: this one builds, feeds and tears down the pipeline; live_watch.c holds what
+ * GStreamer's threads call and the watch thread; live_webrtc.c links the payloaders to
+ * webrtcbin and negotiates; sdp_offer.c reads the offer and fixes the answer (pure GstSDP);
+ * live_internal.h is what they share. Everything GObject/GStreamer stays in src/media, with
+ * gst_common.c for the plumbing shared with mp4.c (initialisation, making and linking
+ * elements, x264's preset, buffer pools, the first-error slot). */
+#include "media/live_internal.h"
 
 #include "facecast/error.h"
-
-/* webrtcbin's library is "unstable API" in 1.22 and warns at compile time without this. */
-#define GST_USE_UNSTABLE_API
-#include <gst/app/gstappsrc.h>
-#include <gst/audio/audio.h>
-#include <gst/gst.h>
-#include <gst/sdp/sdp.h>
-#include <gst/video/video.h>
-#include <gst/webrtc/webrtc.h>
-
-#include "facecast/compose.h"
-#include "media/gst_common.h"
+#include "facecast/picture.h"
 #include "media/x264_live.h"
 
-#include <stdatomic.h>
+#include <gst/audio/audio.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
-/* Raw frames appsrc may queue before the oldest is dropped: at 25 fps, 160 ms of latency at
- * most when the encoder falls behind. */
-#define VIDEO_QUEUE_FRAMES 4
-/* Raw audio appsrc may queue before the oldest is dropped. Larger than one video frame's worth
- * because a caller may push a few frames' audio at once; small enough that the sound a viewer
- * hears after a stall (e.g. before DTLS is up) is not stale by more than this. */
-#define AUDIO_QUEUE_MS 400
-/* Samples per pooled audio buffer; a larger push is split. The pacer's 640 fit in one. */
-#define AUDIO_CHUNK_SAMPLES 1024
-/* How long on_answer waits for ICE gathering before answering with what it has. */
-#define ANSWER_TIMEOUT_US (3 * G_TIME_SPAN_SECOND)
-/* A connected peer that sends no RTCP for this long is gone. Browsers send receiver reports
- * (and congestion feedback) every second or so. 1.22's webrtcbin never notices a vanished
- * peer by itself (no ICE consent freshness): without this a closed tab would keep its
- * encoder running for ever. Five seconds is five missed reports: a stalled network, not a
- * late packet. */
-#define PEER_TIMEOUT_US (5 * G_TIME_SPAN_SECOND)
-/* Opus bit rate: mono speech is transparent well below the encoder's 64 kbit/s default. */
-#define OPUS_BITRATE 32000
-#define LIVE_CRF 23 /* x264 quality (see the encoder settings below) */
-/* Pictures whose push time the encoder delay probe can look up (more than appsrc holds). */
-#define PUSH_RING 16
-/* Payload types used when there is no offer (FC_LIVE_NULL). */
-#define NULL_VIDEO_PT 96
-#define NULL_AUDIO_PT 111
+/* ---- the shared state ---- */
 
-/* ---- state shared with GStreamer's threads ---- */
-
-typedef struct live_shared {
-  gint refs; /* g_atomic_int */
-
-  /* Serialises user callbacks against each other and against destroy. Never held while
-   * calling into GStreamer. */
-  GMutex cb_lock;
-  int armed;              /* create has returned: callbacks may run */
-  int destroyed;          /* destroy has started: no callback may run any more */
-  fc_live_state reported; /* the last state given to on_state */
-  fc_live_state_cb on_state;
-  void *state_user;
-  fc_live_answer_cb on_answer;
-  void *answer_user;
-
-  /* Data: short critical sections only, never held across a user callback. */
-  GMutex lock;
-  GCond cond;       /* signalled when `gathered` or `stop_waiting` changes */
-  int gathered;     /* webrtcbin reported ICE gathering complete */
-  int stop_waiting; /* destroy wants the watch thread to finish */
-  int peer_gone;    /* the peer said BYE or went silent: CLOSED from then on */
-  fc_live_state state;
-  fc_gst_first_error err; /* the first pipeline error */
-
-  _Atomic uint64_t frames_pushed, frames_dropped, audio_dropped, bytes_sent;
-  /* Pictures out of the video encoder: count, summed delay after their push (µs), and
-   * how many left more than a frame period after it (fc_live_stats). */
-  _Atomic uint64_t frames_encoded, encode_delay_us, frames_encoded_late, keyframes;
-  GstClockTime frame_period;
-  /* When each of the last PUSH_RING pictures was pushed (running time), by PTS: the encoder's
-   * delay counts from the push, not from the stamped time (which is anchored at the first
-   * push and so carries that push's jitter). Written by push before the buffer is queued,
-   * read by the probe after it was encoded. */
-  struct {
-    _Atomic uint64_t pts, pushed;
-  } push_ring[PUSH_RING];
-  _Atomic int64_t peer_heard_us; /* g_get_monotonic_time() of the peer's last RTCP, or of
-                                    connecting; 0 before */
-} live_shared;
-
-static live_shared *shared_ref(live_shared *s) {
+live_shared *lv_shared_ref(live_shared *s) {
   g_atomic_int_inc(&s->refs);
   return s;
 }
 
-static void shared_unref(gpointer data) {
+void lv_shared_unref(gpointer data) {
   live_shared *s = data;
   if (!g_atomic_int_dec_and_test(&s->refs)) return;
   g_mutex_clear(&s->cb_lock);
@@ -178,395 +104,9 @@ static void shared_unref(gpointer data) {
 }
 
 /* For g_signal_connect_data, whose destroy notify takes a GClosure as second argument. */
-static void shared_unref_closure(gpointer data, GClosure *closure) {
+void lv_shared_unref_closure(gpointer data, GClosure *closure) {
   (void)closure;
-  shared_unref(data);
-}
-
-struct fc_live {
-  fc_live_params p;
-  live_shared *sh;
-  GstElement *pipeline;
-  GstElement *webrtc;      /* owned by the pipeline; NULL for FC_LIVE_NULL */
-  GstElement *vsrc, *asrc; /* owned by the pipeline */
-  GstPad *venc_src;        /* a reference: force_keyframe sends its event here */
-  GstBus *bus;
-  int sync_handler_set;
-  gulong sig_gathering, sig_connection;
-  GstBufferPool *vpool, *apool;
-  GstVideoInfo vinfo;
-  GThread *watch_thread;
-  gint keyframe_count; /* count field of the force-key-unit events we send (atomic) */
-
-  /* Timestamp origin, fixed by the first push (pacer thread only). */
-  int started;
-  GstClockTime origin;       /* running time of the first push */
-  GstClockTime origin_media; /* index/fps of the first push's frame */
-  int64_t next_index;        /* the smallest frame index accepted next */
-  /* Pictures pushed so far, and the one that gets an extra key frame: outputs created
-   * together (a benchmark, a server's restart with its viewers reconnecting) would otherwise
-   * make their 2-second key frames in the same tick, each costing several pictures' work. A
-   * random phase spreads them; x264 counts its interval from the last key frame. */
-  int64_t pictures, key_phase;
-  int64_t next_sample;       /* the smallest audio sample accepted next */
-};
-
-/* ---- errors and state ---- */
-
-/* Copies a recorded pipeline error into this thread's detail; returns its code (as_code when
- * nonzero), or 0 if there is none. */
-static int report_recorded(live_shared *s, int as_code) {
-  return fc_gst_report_recorded(&s->lock, &s->err, as_code);
-}
-
-/* Moves to `st` and tells the user if it differs from what they last heard. A pipeline error
- * makes FAILED final: webrtcbin may still report ICE as connected, but no media flows. */
-static void set_state(live_shared *s, fc_live_state st) {
-  g_mutex_lock(&s->cb_lock);
-  g_mutex_lock(&s->lock);
-  if (s->err.code)
-    st = FC_LIVE_FAILED;
-  else if (s->peer_gone)
-    st = FC_LIVE_CLOSED;
-  /* The liveness clock starts when the connection does. */
-  if (st == FC_LIVE_CONNECTED && s->state != FC_LIVE_CONNECTED)
-    atomic_store(&s->peer_heard_us, g_get_monotonic_time());
-  s->state = st;
-  g_mutex_unlock(&s->lock);
-  if (s->armed && !s->destroyed && s->reported != st) {
-    s->reported = st;
-    if (s->on_state) s->on_state(s->state_user, st);
-  }
-  g_mutex_unlock(&s->cb_lock);
-}
-
-static GstBusSyncReply on_bus_message(GstBus *bus, GstMessage *msg, gpointer data) {
-  live_shared *s = data;
-  (void)bus;
-  /* The first error only, as "live output: <element>: <message> (<reason>)", always
-   * FC_EMEDIA. */
-  if (GST_MESSAGE_TYPE(msg) == GST_MESSAGE_ERROR &&
-      fc_gst_record_bus_error(&s->lock, &s->err, msg, "live output", NULL))
-    set_state(s, FC_LIVE_FAILED);
-  /* Nobody pops this bus: keep its queue empty. A sync handler that drops a message owns it
-   * (GstBusSyncHandler's contract); without this unref every message, and through its source
-   * every element, would leak. */
-  gst_message_unref(msg);
-  return GST_BUS_DROP;
-}
-
-/* ---- webrtcbin signal handlers (webrtcbin's "pc" thread) ---- */
-
-static void on_gathering_state(GObject *webrtc, GParamSpec *pspec, gpointer data) {
-  live_shared *s = data;
-  GstWebRTCICEGatheringState gs = GST_WEBRTC_ICE_GATHERING_STATE_NEW;
-  (void)pspec;
-  g_object_get(webrtc, "ice-gathering-state", &gs, NULL);
-  if (gs != GST_WEBRTC_ICE_GATHERING_STATE_COMPLETE) return;
-  g_mutex_lock(&s->lock);
-  s->gathered = 1;
-  g_cond_broadcast(&s->cond);
-  g_mutex_unlock(&s->lock);
-}
-
-static void on_connection_state(GObject *webrtc, GParamSpec *pspec, gpointer data) {
-  live_shared *s = data;
-  GstWebRTCPeerConnectionState cs = GST_WEBRTC_PEER_CONNECTION_STATE_NEW;
-  (void)pspec;
-  g_object_get(webrtc, "connection-state", &cs, NULL);
-  fc_live_state st;
-  switch (cs) {
-  case GST_WEBRTC_PEER_CONNECTION_STATE_CONNECTED: st = FC_LIVE_CONNECTED; break;
-  case GST_WEBRTC_PEER_CONNECTION_STATE_FAILED: st = FC_LIVE_FAILED; break;
-  /* ICE "disconnected" can recover; if it does, CONNECTED is reported again. */
-  case GST_WEBRTC_PEER_CONNECTION_STATE_DISCONNECTED:
-  case GST_WEBRTC_PEER_CONNECTION_STATE_CLOSED: st = FC_LIVE_CLOSED; break;
-  default: st = FC_LIVE_CONNECTING; break;
-  }
-  set_state(s, st);
-}
-
-/* Workaround for 1.22: webrtcbin puts a clocksync (sync=TRUE) in front of each sink pad, which
- * holds every buffer until its running time. Our timestamps come from the caller's frame
- * index (see the design note), so a caller that catches up after a hiccup, or whose first push
- * came late, stamps frames slightly in the future; clocksync then stalls the encoding thread by
- * that much on every frame and the small leaky queue drops most frames (seen with Chromium:
- * 8 fps of 25 after a 400 ms hiccup at start-up). The caller already paces in real time, so
- * the output sends as soon as a frame is encoded; the timestamps still carry the timing (RTP
- * timestamps and RTCP sender reports, from one origin for audio and video) and the viewer's
- * jitter buffer smooths any burst. */
-static void on_deep_element_added(GstBin *bin, GstBin *sub_bin, GstElement *element,
-                                  gpointer data) {
-  (void)bin;
-  (void)sub_bin;
-  (void)data;
-  GstElementFactory *f = gst_element_get_factory(element);
-  if (f && !g_strcmp0(gst_plugin_feature_get_name(GST_PLUGIN_FEATURE(f)), "clocksync") &&
-      fc_gst_has_property(element, "sync"))
-    g_object_set(element, "sync", FALSE, NULL);
-}
-
-/* rtpbin: RTCP arrived from a remote SSRC (the peer's receiver reports). Streaming thread. */
-static void on_peer_rtcp(GstElement *rtpbin, guint session, guint ssrc, gpointer data) {
-  live_shared *s = data;
-  (void)rtpbin;
-  (void)session;
-  (void)ssrc;
-  atomic_store_explicit(&s->peer_heard_us, g_get_monotonic_time(), memory_order_relaxed);
-}
-
-/* rtpbin: the peer sent RTCP BYE. Some stacks do when they close; Chromium 156 did not in our
- * test (pc.close() was noticed through the RTCP timeout), so this is only the fast path. */
-static void on_peer_bye(GstElement *rtpbin, guint session, guint ssrc, gpointer data) {
-  live_shared *s = data;
-  (void)rtpbin;
-  (void)session;
-  (void)ssrc;
-  g_mutex_lock(&s->lock);
-  s->peer_gone = 1;
-  g_mutex_unlock(&s->lock);
-  set_state(s, FC_LIVE_CLOSED);
-}
-
-/* Connects the liveness signals on webrtcbin's rtpbin (found by factory, not by its name). */
-static void watch_rtpbin(GstElement *webrtc, live_shared *s) {
-  GstIterator *it = gst_bin_iterate_elements(GST_BIN(webrtc));
-  GValue v = G_VALUE_INIT;
-  int done = 0;
-  while (!done) {
-    switch (gst_iterator_next(it, &v)) {
-    case GST_ITERATOR_OK: {
-      GstElement *e = g_value_get_object(&v);
-      GstElementFactory *f = gst_element_get_factory(e);
-      if (f && !g_strcmp0(gst_plugin_feature_get_name(GST_PLUGIN_FEATURE(f)), "rtpbin")) {
-        g_signal_connect_data(e, "on-ssrc-active", G_CALLBACK(on_peer_rtcp), shared_ref(s),
-                              shared_unref_closure, 0);
-        g_signal_connect_data(e, "on-bye-ssrc", G_CALLBACK(on_peer_bye), shared_ref(s),
-                              shared_unref_closure, 0);
-        done = 1;
-      }
-      g_value_reset(&v);
-      break;
-    }
-    case GST_ITERATOR_RESYNC: gst_iterator_resync(it); break;
-    default: done = 1; break;
-    }
-  }
-  g_value_unset(&v);
-  gst_iterator_free(it);
-}
-
-/* ---- statistics hooks (streaming threads / the pushing thread) ---- */
-
-static GstPadProbeReturn count_bytes(GstPad *pad, GstPadProbeInfo *info, gpointer data) {
-  live_shared *s = data;
-  (void)pad;
-  if (info->type & GST_PAD_PROBE_TYPE_BUFFER) {
-    atomic_fetch_add_explicit(&s->bytes_sent, gst_buffer_get_size(GST_PAD_PROBE_INFO_BUFFER(info)),
-                              memory_order_relaxed);
-  } else if (info->type & GST_PAD_PROBE_TYPE_BUFFER_LIST) {
-    atomic_fetch_add_explicit(&s->bytes_sent,
-                              gst_buffer_list_calculate_size(GST_PAD_PROBE_INFO_BUFFER_LIST(info)),
-                              memory_order_relaxed);
-  }
-  return GST_PAD_PROBE_OK;
-}
-
-/* appsrc calls this once for every push into a full queue, and with leaky-type downstream each
- * such push drops exactly one queued buffer (see the design note). */
-static void video_enough_data(GstAppSrc *src, gpointer data) {
-  live_shared *s = data;
-  (void)src;
-  atomic_fetch_add_explicit(&s->frames_dropped, 1, memory_order_relaxed);
-}
-
-static void audio_enough_data(GstAppSrc *src, gpointer data) {
-  live_shared *s = data;
-  (void)src;
-  atomic_fetch_add_explicit(&s->audio_dropped, 1, memory_order_relaxed);
-}
-
-/* ---- the offer ---- */
-
-typedef struct offer_choice {
-  int video_pt, audio_pt;
-  char video_plid[8]; /* the chosen format's profile-level-id, "" if it had none */
-} offer_choice;
-
-/* The value of attribute `key` whose value starts with "<pt> " in media m, or NULL. */
-static const char *pt_attribute(const GstSDPMedia *m, const char *key, int pt) {
-  char prefix[16];
-  int n = snprintf(prefix, sizeof prefix, "%d ", pt);
-  for (guint i = 0; i < gst_sdp_media_attributes_len(m); i++) {
-    const GstSDPAttribute *a = gst_sdp_media_get_attribute(m, i);
-    if (a->key && a->value && !strcmp(a->key, key) && !strncmp(a->value, prefix, (size_t)n))
-      return a->value + n;
-  }
-  return NULL;
-}
-
-/* Looks for `name=` in an fmtp parameter list ("a=1;b=2", spaces allowed); copies its value
- * into out. Returns 1 if found. */
-static int fmtp_param(const char *fmtp, const char *name, char *out, size_t out_size) {
-  const size_t len = strlen(name);
-  const char *p = fmtp;
-  while (p && *p) {
-    while (*p == ' ' || *p == ';') p++;
-    if (!strncasecmp(p, name, len) && p[len] == '=') {
-      p += len + 1;
-      size_t k = 0;
-      while (p[k] && p[k] != ';' && p[k] != ' ' && p[k] != '\r' && p[k] != '\n') k++;
-      if (k >= out_size) k = out_size - 1;
-      memcpy(out, p, k);
-      out[k] = 0;
-      return 1;
-    }
-    p = strchr(p, ';');
-  }
-  return 0;
-}
-
-/* Whether attribute `key` is present (flag attributes such as "recvonly" have no value, so
- * gst_sdp_*_get_attribute_val cannot tell). */
-static int media_has(const GstSDPMedia *m, const char *key) {
-  for (guint i = 0; i < gst_sdp_media_attributes_len(m); i++) {
-    const GstSDPAttribute *a = gst_sdp_media_get_attribute(m, i);
-    if (a->key && !strcmp(a->key, key)) return 1;
-  }
-  return 0;
-}
-
-static int session_has(const GstSDPMessage *msg, const char *key) {
-  for (guint i = 0; i < gst_sdp_message_attributes_len(msg); i++) {
-    const GstSDPAttribute *a = gst_sdp_message_get_attribute(msg, i);
-    if (a->key && !strcmp(a->key, key)) return 1;
-  }
-  return 0;
-}
-
-/* Whether we may send on media m: not rejected (port 0 is fine when bundle-only, which a
- * bundling offerer may use for all but the first m-line), and the offerer wants to receive. */
-static int media_usable(const GstSDPMessage *msg, const GstSDPMedia *m) {
-  if (gst_sdp_media_get_port(m) == 0 && !media_has(m, "bundle-only")) return 0;
-  if (media_has(m, "sendonly") || media_has(m, "inactive")) return 0;
-  if (!media_has(m, "recvonly") && !media_has(m, "sendrecv")) {
-    /* No direction on the m-line: the session-level one, sendrecv by default. */
-    if (session_has(msg, "sendonly") || session_has(msg, "inactive")) return 0;
-  }
-  return 1;
-}
-
-/* How well an H.264 format suits what we send (constrained baseline), 0 if unusable.
- * rtph264pay's caps only allow dynamic payload types (96-127). */
-static int h264_score(const GstSDPMedia *m, int pt) {
-  const char *rtpmap = pt_attribute(m, "rtpmap", pt);
-  if (!rtpmap || strncasecmp(rtpmap, "H264/90000", 10) != 0) return 0;
-  if (pt < 96 || pt > 127) return 0;
-  const char *fmtp = pt_attribute(m, "fmtp", pt);
-  char mode[8] = "0", plid[16] = "";
-  if (fmtp) fmtp_param(fmtp, "packetization-mode", mode, sizeof mode);
-  if (strcmp(mode, "1") != 0) return 0; /* mode 0 needs one NAL per packet: not what we send */
-  if (fmtp) fmtp_param(fmtp, "profile-level-id", plid, sizeof plid);
-  if (strlen(plid) != 6) return 1; /* unspecified: RFC 6184 says baseline */
-  /* profile_idc 0x42 with constraint_set1 (0xe0 or 0x40 in the iop byte) is constrained
-   * baseline; plain baseline decoders also take it; main/high decoders do too. */
-  if (!strncasecmp(plid, "42e0", 4)) return 4;
-  if (!strncasecmp(plid, "4200", 4) || !strncasecmp(plid, "42c0", 4) ||
-      !strncasecmp(plid, "4240", 4))
-    return 3;
-  return 2;
-}
-
-static int opus_ok(const GstSDPMedia *m, int pt) {
-  const char *rtpmap = pt_attribute(m, "rtpmap", pt);
-  return rtpmap && !strncasecmp(rtpmap, "opus/48000", 10) && pt >= 96 && pt <= 127;
-}
-
-/* Parses and checks the offer before anything is built; on success *out owns the message. */
-static int parse_offer(const char *sdp, GstSDPMessage **out, offer_choice *ch) {
-  GstSDPMessage *msg = NULL;
-  char seen_video[128] = "";
-  int best_score = 0;
-  ch->video_pt = ch->audio_pt = -1;
-  ch->video_plid[0] = 0;
-  *out = NULL;
-
-  if (!sdp || !*sdp) return fc_error_set(FC_EINVAL, "malformed SDP offer (empty)");
-  if (gst_sdp_message_new(&msg) != GST_SDP_OK) return fc_error_set(FC_ENOMEM, "out of memory");
-  /* The parser skips what it does not understand, so success means little: require the
-   * version line and at least one m-line, which any real offer has. */
-  if (gst_sdp_message_parse_buffer((const guint8 *)sdp, (guint)strlen(sdp), msg) != GST_SDP_OK ||
-      g_strcmp0(gst_sdp_message_get_version(msg), "0") != 0 ||
-      gst_sdp_message_medias_len(msg) == 0) {
-    gst_sdp_message_free(msg);
-    return fc_error_set(FC_EINVAL, "malformed SDP offer");
-  }
-
-  /* One DTLS fingerprint for the whole offer (BUNDLE: one transport): webrtcbin refuses to
-   * answer an offer whose media name different ones. */
-  const char *fp = gst_sdp_message_get_attribute_val(msg, "fingerprint");
-  for (guint i = 0; i < gst_sdp_message_medias_len(msg); i++) {
-    const char *f = gst_sdp_media_get_attribute_val(gst_sdp_message_get_media(msg, i), "fingerprint");
-    if (f && fp && strcmp(f, fp) != 0) {
-      gst_sdp_message_free(msg);
-      return fc_error_set(FC_EINVAL, "offer names different DTLS fingerprints in its media");
-    }
-    if (f) fp = f;
-  }
-
-  for (guint i = 0; i < gst_sdp_message_medias_len(msg); i++) {
-    const GstSDPMedia *m = gst_sdp_message_get_media(msg, i);
-    const char *kind = gst_sdp_media_get_media(m);
-    if (!kind || !media_usable(msg, m)) continue;
-    const int is_video = !strcmp(kind, "video"), is_audio = !strcmp(kind, "audio");
-    if (is_video && ch->video_pt >= 0) continue; /* one video m-line is all we fill */
-    if (is_audio && ch->audio_pt >= 0) continue;
-    for (guint f = 0; f < gst_sdp_media_formats_len(m); f++) {
-      const int pt = atoi(gst_sdp_media_get_format(m, f));
-      if (is_video) {
-        const int score = h264_score(m, pt);
-        if (score > best_score) {
-          const char *fmtp = pt_attribute(m, "fmtp", pt);
-          best_score = score;
-          ch->video_pt = pt;
-          ch->video_plid[0] = 0;
-          if (fmtp) fmtp_param(fmtp, "profile-level-id", ch->video_plid, sizeof ch->video_plid);
-        }
-        /* Remember the codec names for the error detail. */
-        const char *rtpmap = pt_attribute(m, "rtpmap", pt);
-        if (rtpmap && strlen(seen_video) < sizeof seen_video - 24) {
-          char name[16];
-          size_t k = strcspn(rtpmap, "/");
-          if (k >= sizeof name) k = sizeof name - 1;
-          memcpy(name, rtpmap, k);
-          name[k] = 0;
-          if (!strstr(seen_video, name)) {
-            if (*seen_video) strcat(seen_video, ", ");
-            strcat(seen_video, name);
-          }
-        }
-      } else if (is_audio && ch->audio_pt < 0 && opus_ok(m, pt)) {
-        ch->audio_pt = pt;
-      }
-    }
-  }
-
-  if (ch->video_pt < 0) {
-    gst_sdp_message_free(msg);
-    if (*seen_video) {
-      return fc_error_set(FC_EINVAL,
-                          "offer has no H.264 video with packetization-mode=1 on a "
-                          "dynamic payload type (it offers %s)",
-                          seen_video);
-    }
-    return fc_error_set(FC_EINVAL, "offer has no H.264 video");
-  }
-  if (ch->audio_pt < 0) {
-    gst_sdp_message_free(msg);
-    return fc_error_set(FC_EINVAL, "offer has no Opus audio");
-  }
-  *out = msg;
-  return 0;
+  lv_shared_unref(data);
 }
 
 /* ---- construction helpers (the ones shared with mp4.c are in gst_common.c) ---- */
@@ -581,295 +121,6 @@ static int require_element(const char *factory) {
 /* Sets an enum or flags property from its nick if the element has it (optional tuning). */
 static void set_optional(GstElement *e, const char *prop, const char *value) {
   if (fc_gst_has_property(e, prop)) gst_util_set_object_arg(G_OBJECT(e), prop, value);
-}
-
-/* The video encoder's output: bytes, and how long after its push each picture came out, which
- * the pacer's own lateness does not see: the wait in appsrc's queue plus the encoding. */
-static GstPadProbeReturn video_out(GstPad *pad, GstPadProbeInfo *info, gpointer data) {
-  live_shared *s = data;
-  GstBuffer *buf = info->type & GST_PAD_PROBE_TYPE_BUFFER ? GST_PAD_PROBE_INFO_BUFFER(info) : NULL;
-  if (buf && GST_BUFFER_PTS_IS_VALID(buf)) {
-    /* The encoder keeps its input's PTS; which push it was, by the ring. */
-    const GstClockTime pts = GST_BUFFER_PTS(buf);
-    const size_t slot = (size_t)(pts / s->frame_period) % PUSH_RING;
-    const int found = atomic_load_explicit(&s->push_ring[slot].pts, memory_order_acquire) == pts;
-    const GstClockTime pushed = atomic_load_explicit(&s->push_ring[slot].pushed, memory_order_relaxed);
-    GstElement *enc = GST_ELEMENT(GST_OBJECT_PARENT(pad));
-    atomic_fetch_add_explicit(&s->frames_encoded, 1, memory_order_relaxed);
-    if (!GST_BUFFER_FLAG_IS_SET(buf, GST_BUFFER_FLAG_DELTA_UNIT))
-      atomic_fetch_add_explicit(&s->keyframes, 1, memory_order_relaxed);
-    /* Timed when its push is still in the ring and the clock runs (all but the first few). */
-    GstClock *clock = found && enc ? gst_element_get_clock(enc) : NULL;
-    if (clock) {
-      const GstClockTime now = gst_clock_get_time(clock), base = gst_element_get_base_time(enc);
-      gst_object_unref(clock);
-      const GstClockTime run = now > base ? now - base : 0;
-      const GstClockTime d = run > pushed ? run - pushed : 0;
-      atomic_fetch_add_explicit(&s->encode_delay_us, d / 1000, memory_order_relaxed);
-      if (d > s->frame_period)
-        atomic_fetch_add_explicit(&s->frames_encoded_late, 1, memory_order_relaxed);
-    }
-  }
-  return count_bytes(pad, info, data);
-}
-
-static int add_probe(GstElement *e, const char *pad_name, live_shared *s, GstPadProbeCallback cb) {
-  GstPad *pad = gst_element_get_static_pad(e, pad_name);
-  if (!pad) return fc_error_set(FC_EMEDIA, "%s has no %s pad", GST_ELEMENT_NAME(e), pad_name);
-  gst_pad_add_probe(pad, GST_PAD_PROBE_TYPE_BUFFER | GST_PAD_PROBE_TYPE_BUFFER_LIST, cb,
-                    shared_ref(s), shared_unref);
-  gst_object_unref(pad);
-  return 0;
-}
-
-/* The caps a payloader sends with, which are also the transceiver's codec preferences: only
- * the fields the payloader's output always agrees with. profile-level-id is left out on
- * purpose: rtph264pay writes the one of the actual stream (e.g. 42c00d), and webrtcbin refuses
- * sink caps that do not intersect the preferences. create-answer intersects the offer's caps
- * with these, so the answer keeps the offer's fields (rtcp-fb nack pli, ...); the
- * profile-level-id it loses on the way is put back by fix_answer. */
-static GstCaps *rtp_caps(int video, int pt) {
-  if (video) {
-    return gst_caps_new_simple("application/x-rtp", "media", G_TYPE_STRING, "video",
-                               "encoding-name", G_TYPE_STRING, "H264", "payload", G_TYPE_INT, pt,
-                               "clock-rate", G_TYPE_INT, 90000, NULL);
-  }
-  return gst_caps_new_simple("application/x-rtp", "media", G_TYPE_STRING, "audio", "encoding-name",
-                             G_TYPE_STRING, "OPUS", "payload", G_TYPE_INT, pt, "clock-rate",
-                             G_TYPE_INT, 48000, NULL);
-}
-
-/* Links payloader `pay` to a new webrtcbin sink pad whose transceiver sends `caps` only. */
-static int link_to_webrtc(GstElement *webrtc, GstElement *pay, GstCaps *caps) {
-  GstPadTemplate *templ =
-      gst_element_class_get_pad_template(GST_ELEMENT_GET_CLASS(webrtc), "sink_%u");
-  GstPad *sink = templ ? gst_element_request_pad(webrtc, templ, NULL, caps) : NULL;
-  GstPad *src = NULL;
-  GstWebRTCRTPTransceiver *trans = NULL;
-  int rc = 0;
-  if (!sink) {
-    rc = fc_error_set(FC_EMEDIA, "webrtcbin refused a sink pad (are gstreamer1.0-nice and the "
-                                 "dtls plugin installed?)");
-    goto out;
-  }
-  g_object_get(sink, "transceiver", &trans, NULL);
-  if (!trans) {
-    rc = fc_error_set(FC_EMEDIA, "webrtcbin gave a sink pad without a transceiver");
-    goto out;
-  }
-  /* A pad request makes a SENDRECV transceiver; we never receive (and answering sendrecv to a
-   * recvonly offer would be intersected to sendonly anyway, but say what we mean). */
-  g_object_set(trans, "direction", GST_WEBRTC_RTP_TRANSCEIVER_DIRECTION_SENDONLY,
-               "codec-preferences", caps, NULL);
-  src = gst_element_get_static_pad(pay, "src");
-  if (!src || gst_pad_link(src, sink) != GST_PAD_LINK_OK) {
-    rc = fc_error_set(FC_EMEDIA, "could not link %s to webrtcbin", GST_ELEMENT_NAME(pay));
-    goto out;
-  }
-out:
-  if (trans) gst_object_unref(trans);
-  if (src) gst_object_unref(src);
-  /* The pipeline keeps the request pad; release it on failure so the bin does not carry a
-   * half-linked pad into teardown (harmless either way). */
-  if (sink) {
-    if (rc) gst_element_release_request_pad(webrtc, sink);
-    gst_object_unref(sink);
-  }
-  return rc;
-}
-
-/* ---- negotiation (caller's thread, inside create) ---- */
-
-/* Waits for the reply to a webrtcbin action signal and gives a copy of it in *out; on failure
- * returns fail_code (FC_EMEDIA if webrtcbin never replied) with a detail. webrtcbin runs the
- * operation on its own thread, which stays alive for as long as the pipeline is not in NULL, so the
- * wait ends. */
-static int wait_reply(GstPromise *promise, const char *what, int fail_code, GstStructure **out) {
-  const GstPromiseResult r = gst_promise_wait(promise);
-  /* Replied with no structure is success for the set-*-description signals. */
-  const GstStructure *reply =
-      r == GST_PROMISE_RESULT_REPLIED ? gst_promise_get_reply(promise) : NULL;
-  GError *e = NULL;
-  int rc = 0;
-  *out = NULL;
-  if (r != GST_PROMISE_RESULT_REPLIED) {
-    rc = fc_error_set(FC_EMEDIA, "webrtcbin did not answer %s", what);
-  } else if (reply && gst_structure_has_field(reply, "error")) {
-    gst_structure_get(reply, "error", G_TYPE_ERROR, &e, NULL);
-    rc = fc_error_set(fail_code, "%s failed: %s", what,
-                      e && e->message ? e->message : "unknown error");
-    if (e) g_error_free(e);
-  } else if (reply) {
-    *out = gst_structure_copy(reply);
-  }
-  gst_promise_unref(promise);
-  return rc;
-}
-
-/* Sets every transceiver that is not ours (webrtcbin makes one for each further audio/video
- * m-line of the offer) inactive, so they are answered inactive instead of opening receive
- * paths with nothing behind them. */
-static void park_other_transceivers(GstElement *webrtc) {
-  GArray *all = NULL;
-  g_signal_emit_by_name(webrtc, "get-transceivers", &all);
-  if (!all) return;
-  for (guint i = 0; i < all->len; i++) {
-    GstWebRTCRTPTransceiver *t = g_array_index(all, GstWebRTCRTPTransceiver *, i);
-    GstWebRTCRTPTransceiverDirection dir;
-    g_object_get(t, "direction", &dir, NULL);
-    if (dir != GST_WEBRTC_RTP_TRANSCEIVER_DIRECTION_SENDONLY)
-      g_object_set(t, "direction", GST_WEBRTC_RTP_TRANSCEIVER_DIRECTION_INACTIVE, NULL);
-  }
-  g_array_unref(all);
-}
-
-/* Two fixes to the answer webrtcbin 1.22 writes, applied before it is set locally:
- *
- * profile-level-id: gst_sdp_media_get_caps_from_media turns an H.264 format's
- * profile-level-id into a "profile" caps field whenever level-asymmetry-allowed=1 (every
- * browser offer), so the answer written from those caps has none. RFC 6184 reads a missing
- * one as baseline level 1.0; Chrome's own default (constrained baseline 3.1) happens to match,
- * other players may not. The chosen format's value from the offer is put back.
- *
- * msid: webrtcbin only writes a stream id (in a=ssrc lines) when the payloader's caps, with
- * their ssrc, arrived before the answer was made, which never happens here. A browser then
- * puts each track in no stream or a stream of its own, and Chrome synchronises audio and video
- * playout only within one stream (and pages use event.streams[0]). So both m-lines get an
- * RFC 8830 a=msid naming the same stream. */
-static void fix_answer(GstSDPMessage *answer, const offer_choice *ch) {
-  for (guint i = 0; i < gst_sdp_message_medias_len(answer); i++) {
-    /* webrtcbin edits medias in place the same way; the array element is ours to change. */
-    GstSDPMedia *m = (GstSDPMedia *)gst_sdp_message_get_media(answer, i);
-    const int video = !g_strcmp0(gst_sdp_media_get_media(m), "video");
-    const int pt = video ? ch->video_pt : ch->audio_pt;
-    if (!pt_attribute(m, "rtpmap", pt) || !media_has(m, "sendonly") || media_has(m, "msid"))
-      continue;
-    gst_sdp_media_add_attribute(m, "msid",
-                                video ? "facecast facecast-video" : "facecast facecast-audio");
-    if (!video || !ch->video_plid[0]) continue;
-    char prefix[16];
-    const int n = snprintf(prefix, sizeof prefix, "%d ", pt);
-    guint k;
-    for (k = 0; k < gst_sdp_media_attributes_len(m); k++) {
-      const GstSDPAttribute *a = gst_sdp_media_get_attribute(m, k);
-      if (!g_strcmp0(a->key, "fmtp") && a->value && !strncmp(a->value, prefix, (size_t)n)) break;
-    }
-    if (k == gst_sdp_media_attributes_len(m)) {
-      gchar *v = g_strdup_printf("%d packetization-mode=1;profile-level-id=%s", pt, ch->video_plid);
-      gst_sdp_media_add_attribute(m, "fmtp", v);
-      g_free(v);
-    } else if (!strstr(gst_sdp_media_get_attribute(m, k)->value, "profile-level-id=")) {
-      GstSDPAttribute na;
-      gchar *v = g_strdup_printf("%s;profile-level-id=%s", gst_sdp_media_get_attribute(m, k)->value,
-                                 ch->video_plid);
-      gst_sdp_attribute_set(&na, "fmtp", v);
-      gst_sdp_media_replace_attribute(m, k, &na); /* takes na's contents */
-      g_free(v);
-    }
-  }
-}
-
-/* set-remote-description (takes *offer), create-answer, set-local-description. */
-static int negotiate(GstElement *webrtc, GstSDPMessage **offer, const offer_choice *ch) {
-  GstWebRTCSessionDescription *desc =
-      gst_webrtc_session_description_new(GST_WEBRTC_SDP_TYPE_OFFER, *offer);
-  GstWebRTCSessionDescription *answer = NULL;
-  GstStructure *reply;
-  int rc = 0;
-  *offer = NULL; /* desc owns it */
-
-  GstPromise *pr = gst_promise_new();
-  g_signal_emit_by_name(webrtc, "set-remote-description", desc, pr);
-  /* webrtcbin rejects offers it cannot use, e.g. without ICE credentials or fingerprint. */
-  if ((rc = wait_reply(pr, "setting the SDP offer", FC_EINVAL, &reply))) goto out;
-  if (reply) gst_structure_free(reply);
-
-  park_other_transceivers(webrtc);
-
-  pr = gst_promise_new();
-  g_signal_emit_by_name(webrtc, "create-answer", NULL, pr);
-  if ((rc = wait_reply(pr, "creating the SDP answer", FC_EINVAL, &reply))) goto out;
-  if (reply) {
-    gst_structure_get(reply, "answer", GST_TYPE_WEBRTC_SESSION_DESCRIPTION, &answer, NULL);
-    gst_structure_free(reply);
-  }
-  if (!answer) {
-    rc = fc_error_set(FC_EMEDIA, "webrtcbin created no SDP answer");
-    goto out;
-  }
-  fix_answer(answer->sdp, ch);
-
-  pr = gst_promise_new();
-  g_signal_emit_by_name(webrtc, "set-local-description", answer, pr);
-  /* the answer is made from the offer: what it refuses (e.g. two DTLS fingerprints) is the
-   * offer's doing */
-  if ((rc = wait_reply(pr, "answering the offer", FC_EINVAL, &reply))) goto out;
-  if (reply) gst_structure_free(reply);
-
-out:
-  if (answer) gst_webrtc_session_description_free(answer);
-  gst_webrtc_session_description_free(desc);
-  return rc;
-}
-
-/* The watch thread, one per WebRTC output. First it waits for ICE gathering (or the timeout)
- * and hands the local description, which by then lists the gathered candidates, to
- * on_answer. Then it checks once a second that a connected peer is still sending RTCP. */
-typedef struct watch_job {
-  live_shared *sh;    /* a reference */
-  GstElement *webrtc; /* a reference */
-  gint64 deadline;    /* for the answer, g_get_monotonic_time() units */
-} watch_job;
-
-static gpointer watch_main(gpointer data) {
-  watch_job *job = data;
-  live_shared *s = job->sh;
-
-  g_mutex_lock(&s->lock);
-  while (!s->gathered && !s->stop_waiting) {
-    if (!g_cond_wait_until(&s->cond, &s->lock, job->deadline)) break; /* timed out */
-  }
-  int stop = s->stop_waiting;
-  g_mutex_unlock(&s->lock);
-
-  if (!stop) {
-    GstWebRTCSessionDescription *local = NULL;
-    g_object_get(job->webrtc, "local-description", &local, NULL);
-    gchar *text = local ? gst_sdp_message_as_text(local->sdp) : NULL;
-    g_mutex_lock(&s->cb_lock);
-    if (!s->destroyed && s->on_answer) {
-      if (text) {
-        s->on_answer(s->answer_user, text, 0);
-      } else {
-        /* The callee may read the detail on this thread, as after any failed call. */
-        s->on_answer(s->answer_user, NULL,
-                     fc_error_set(FC_EMEDIA, "live output: webrtcbin has no local description"));
-      }
-    }
-    g_mutex_unlock(&s->cb_lock);
-    g_free(text);
-    if (local) gst_webrtc_session_description_free(local);
-  }
-
-  g_mutex_lock(&s->lock);
-  while (!s->stop_waiting) {
-    const gint64 now = g_get_monotonic_time();
-    const gint64 heard = atomic_load(&s->peer_heard_us);
-    if (s->state == FC_LIVE_CONNECTED && !s->peer_gone && heard && now - heard > PEER_TIMEOUT_US) {
-      s->peer_gone = 1;
-      g_mutex_unlock(&s->lock);
-      set_state(s, FC_LIVE_CLOSED);
-      g_mutex_lock(&s->lock);
-      continue;
-    }
-    g_cond_wait_until(&s->cond, &s->lock, now + G_TIME_SPAN_SECOND);
-  }
-  g_mutex_unlock(&s->lock);
-
-  gst_object_unref(job->webrtc);
-  shared_unref(s);
-  free(job);
-  return NULL;
 }
 
 /* ---- teardown ---- */
@@ -920,7 +171,7 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
   int rc = 0;
   fc_live *l = NULL;
   GstSDPMessage *offer = NULL;
-  offer_choice ch = {.video_pt = NULL_VIDEO_PT, .audio_pt = NULL_AUDIO_PT, .video_plid = ""};
+  fc_offer_choice ch = {.video_pt = NULL_VIDEO_PT, .audio_pt = NULL_AUDIO_PT, .video_plid = ""};
   GstCaps *vcaps = NULL, *acaps = NULL, *h264caps = NULL, *vrtp = NULL, *artp = NULL;
   GstElement *venc = NULL, *vfilter = NULL, *vpay = NULL, *aconv = NULL, *ares = NULL, *aenc = NULL,
              *apay = NULL, *vsink = NULL, *asink = NULL;
@@ -973,7 +224,7 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
   }
 
   /* The offer is checked before anything is built (and before GStreamer is even needed). */
-  if (p.kind == FC_LIVE_WEBRTC && (rc = parse_offer(offer_sdp, &offer, &ch))) goto fail;
+  if (p.kind == FC_LIVE_WEBRTC && (rc = fc_sdp_parse_offer(offer_sdp, &offer, &ch))) goto fail;
 
   if ((rc = fc_gst_init())) goto fail;
   /* webrtcbin only fails at pad-request time without these; name the package up front. */
@@ -1072,8 +323,8 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
   acaps = gst_audio_info_to_caps(&ainfo);
   h264caps =
       gst_caps_new_simple("video/x-h264", "profile", G_TYPE_STRING, "constrained-baseline", NULL);
-  vrtp = rtp_caps(1, ch.video_pt);
-  artp = rtp_caps(0, ch.audio_pt);
+  vrtp = lv_rtp_caps(1, ch.video_pt);
+  artp = lv_rtp_caps(0, ch.audio_pt);
   if (!vcaps || !acaps || !h264caps || !vrtp || !artp) {
     rc = fc_error_set(FC_EMEDIA, "live output: could not build stream caps");
     goto fail;
@@ -1096,10 +347,10 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
   {
     GstAppSrcCallbacks cbs;
     memset(&cbs, 0, sizeof cbs);
-    cbs.enough_data = video_enough_data;
-    gst_app_src_set_callbacks(GST_APP_SRC(l->vsrc), &cbs, shared_ref(sh), shared_unref);
-    cbs.enough_data = audio_enough_data;
-    gst_app_src_set_callbacks(GST_APP_SRC(l->asrc), &cbs, shared_ref(sh), shared_unref);
+    cbs.enough_data = lv_video_enough_data;
+    gst_app_src_set_callbacks(GST_APP_SRC(l->vsrc), &cbs, lv_shared_ref(sh), lv_shared_unref);
+    cbs.enough_data = lv_audio_enough_data;
+    gst_app_src_set_callbacks(GST_APP_SRC(l->asrc), &cbs, lv_shared_ref(sh), lv_shared_unref);
   }
 
   g_object_set(vfilter, "caps", h264caps, NULL);
@@ -1137,7 +388,7 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
   sh->frame_period = gst_util_uint64_scale(1, GST_SECOND, (guint64)p.fps);
   /* picture 2 .. 2*fps - 1 (none at 1 fps, where every other picture is a key frame anyway) */
   l->key_phase = p.fps > 1 ? 1 + g_random_int_range(1, 2 * p.fps - 1) : 0;
-  if ((rc = add_probe(venc, "src", sh, video_out)) || (rc = add_probe(aenc, "src", sh, count_bytes)))
+  if ((rc = lv_add_probe(venc, "src", sh, lv_video_out)) || (rc = lv_add_probe(aenc, "src", sh, lv_count_bytes)))
     goto fail;
   l->venc_src = gst_element_get_static_pad(venc, "src");
 
@@ -1149,51 +400,51 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
   }
 
   l->bus = gst_pipeline_get_bus(GST_PIPELINE(l->pipeline));
-  gst_bus_set_sync_handler(l->bus, on_bus_message, shared_ref(sh), shared_unref);
+  gst_bus_set_sync_handler(l->bus, lv_on_bus_message, lv_shared_ref(sh), lv_shared_unref);
   l->sync_handler_set = 1;
 
   if (p.kind == FC_LIVE_WEBRTC) {
-    g_signal_connect(l->pipeline, "deep-element-added", G_CALLBACK(on_deep_element_added), NULL);
-    watch_rtpbin(l->webrtc, sh);
+    g_signal_connect(l->pipeline, "deep-element-added", G_CALLBACK(lv_on_deep_element_added), NULL);
+    lv_watch_rtpbin(l->webrtc, sh);
     g_object_set(l->webrtc, "bundle-policy", GST_WEBRTC_BUNDLE_POLICY_MAX_BUNDLE, NULL);
     if (params->stun_server) g_object_set(l->webrtc, "stun-server", params->stun_server, NULL);
     if (params->turn_server) g_object_set(l->webrtc, "turn-server", params->turn_server, NULL);
     l->sig_gathering = g_signal_connect_data(l->webrtc, "notify::ice-gathering-state",
-                                             G_CALLBACK(on_gathering_state), shared_ref(sh),
-                                             shared_unref_closure, 0);
+                                             G_CALLBACK(lv_on_gathering_state), lv_shared_ref(sh),
+                                             lv_shared_unref_closure, 0);
     l->sig_connection = g_signal_connect_data(l->webrtc, "notify::connection-state",
-                                              G_CALLBACK(on_connection_state), shared_ref(sh),
-                                              shared_unref_closure, 0);
-    if ((rc = link_to_webrtc(l->webrtc, vpay, vrtp)) ||
-        (rc = link_to_webrtc(l->webrtc, apay, artp)))
+                                              G_CALLBACK(lv_on_connection_state), lv_shared_ref(sh),
+                                              lv_shared_unref_closure, 0);
+    if ((rc = lv_link_to_webrtc(l->webrtc, vpay, vrtp)) ||
+        (rc = lv_link_to_webrtc(l->webrtc, apay, artp)))
       goto fail;
   }
 
   /* Live sources: the pipeline reaches PLAYING without preroll, inside this call, so the
    * clock and base time exist before the first push. webrtcbin starts its thread here. */
   if (gst_element_set_state(l->pipeline, GST_STATE_PLAYING) == GST_STATE_CHANGE_FAILURE) {
-    rc = report_recorded(sh, FC_EMEDIA);
+    rc = lv_report_recorded(sh, FC_EMEDIA);
     if (!rc) rc = fc_error_set(FC_EMEDIA, "live output: the GStreamer pipeline did not start");
     goto fail;
   }
-  if ((rc = report_recorded(sh, FC_EMEDIA))) goto fail;
+  if ((rc = lv_report_recorded(sh, FC_EMEDIA))) goto fail;
 
   if (p.kind == FC_LIVE_WEBRTC) {
-    if ((rc = negotiate(l->webrtc, &offer, &ch))) goto fail;
-    if ((rc = report_recorded(sh, FC_EMEDIA))) goto fail;
-    watch_job *job = calloc(1, sizeof *job);
+    if ((rc = lv_negotiate(l->webrtc, &offer, &ch))) goto fail;
+    if ((rc = lv_report_recorded(sh, FC_EMEDIA))) goto fail;
+    lv_watch_job *job = calloc(1, sizeof *job);
     if (!job) {
       rc = fc_error_set(FC_ENOMEM, "live output: out of memory");
       goto fail;
     }
-    job->sh = shared_ref(sh);
+    job->sh = lv_shared_ref(sh);
     job->webrtc = gst_object_ref(l->webrtc);
     job->deadline = g_get_monotonic_time() + ANSWER_TIMEOUT_US;
     GError *e = NULL;
-    l->watch_thread = g_thread_try_new("fc-live-watch", watch_main, job, &e);
+    l->watch_thread = g_thread_try_new("fc-live-watch", lv_watch_main, job, &e);
     if (!l->watch_thread) {
       gst_object_unref(job->webrtc);
-      shared_unref(job->sh);
+      lv_shared_unref(job->sh);
       free(job);
       rc = fc_error_set(FC_EMEDIA, "live output: cannot start a thread: %s",
                         e ? e->message : "unknown error");
@@ -1232,7 +483,7 @@ fail:
     l->sh->destroyed = 1;
     g_mutex_unlock(&l->sh->cb_lock);
     teardown(l);
-    shared_unref(l->sh);
+    lv_shared_unref(l->sh);
     free(l);
   }
   if (err) *err = rc;
@@ -1246,7 +497,7 @@ void fc_live_destroy(fc_live *l) {
   l->sh->destroyed = 1;
   g_mutex_unlock(&l->sh->cb_lock);
   teardown(l);
-  shared_unref(l->sh);
+  lv_shared_unref(l->sh);
   free(l);
 }
 
@@ -1315,7 +566,7 @@ static int push_video(fc_live *l, const uint8_t *i420, const fc_i420_delta *delt
   /* Non-blocking: a full queue drops its oldest frame instead (counted by the callback). */
   flow = gst_app_src_push_buffer(GST_APP_SRC(l->vsrc), buf);
   if (flow != GST_FLOW_OK) {
-    int rc = report_recorded(l->sh, FC_EMEDIA);
+    int rc = lv_report_recorded(l->sh, FC_EMEDIA);
     return rc ? rc
               : fc_error_set(FC_EMEDIA, "live output: GStreamer refused a frame (%s)",
                              gst_flow_get_name(flow));
@@ -1357,7 +608,7 @@ static int push_audio(fc_live *l, const int16_t *pcm, size_t n, int64_t first_sa
       GST_BUFFER_FLAG_SET(buf, GST_BUFFER_FLAG_DISCONT);
     flow = gst_app_src_push_buffer(GST_APP_SRC(l->asrc), buf);
     if (flow != GST_FLOW_OK) {
-      int rc = report_recorded(l->sh, FC_EMEDIA);
+      int rc = lv_report_recorded(l->sh, FC_EMEDIA);
       return rc ? rc
                 : fc_error_set(FC_EMEDIA, "live output: GStreamer refused audio (%s)",
                                gst_flow_get_name(flow));
@@ -1377,7 +628,7 @@ int fc_live_push_delta(fc_live *l, const uint8_t *i420, const fc_i420_delta *del
                        const int16_t *pcm, size_t n, int64_t first_sample) {
   if (!l || (!i420 && !l->started) || index < 0 || (!pcm && n) || first_sample < 0)
     return fc_error_set(FC_EINVAL, "fc_live_push: bad argument");
-  int rc = report_recorded(l->sh, FC_EMEDIA);
+  int rc = lv_report_recorded(l->sh, FC_EMEDIA);
   if (rc) return rc;
   if (l->started && index < l->next_index) {
     return fc_error_set(FC_EINVAL, "live output: frame %lld pushed after frame %lld",
@@ -1402,14 +653,6 @@ int fc_live_push_delta(fc_live *l, const uint8_t *i420, const fc_i420_delta *del
   l->next_index = index + 1;
   if (n && (rc = push_audio(l, pcm, n, first_sample))) return rc;
   return 0;
-}
-
-int fc_live_check_offer(const char *sdp) {
-  GstSDPMessage *msg = NULL;
-  offer_choice ch;
-  int err = parse_offer(sdp, &msg, &ch);
-  if (msg) gst_sdp_message_free(msg);
-  return err;
 }
 
 int fc_live_check_preset(const char *preset) {

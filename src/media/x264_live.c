@@ -23,7 +23,7 @@
 #include "media/x264_live.h"
 
 #include "facecast/error.h"
-#include "facecast/image.h"
+#include "facecast/picture.h"
 
 #include <gst/video/gstvideoencoder.h>
 #include <gst/video/video.h>

@@ -11,7 +11,7 @@
 #ifndef FC_SCHED_INTERNAL_H
 #define FC_SCHED_INTERNAL_H
 
-#include "facecast/sched.h"
+#include "sched/sched.h"
 
 #include <pthread.h>
 #include <stdint.h>

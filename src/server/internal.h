@@ -22,8 +22,8 @@
 #define FC_SERVER_INTERNAL_H
 
 #include "facecast/audio.h"
-#include "facecast/live.h"
-#include "facecast/sched.h"
+#include "media/live.h"
+#include "sched/sched.h"
 #include "facecast/server.h"
 #include "facecast/stream.h"
 

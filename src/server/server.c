@@ -1,6 +1,5 @@
 /* facecast serve: server lifetime (see include/facecast/server.h and internal.h). */
 #include "facecast/error.h"
-#include "facecast/studio.h"
 #include "core/stale.h"
 #include "server/internal.h"
 #include "server/keys.h"

@@ -1,6 +1,6 @@
 /* Live sessions: creation, the ready queue, speech, events and closing (see internal.h). */
 #include "facecast/error.h"
-#include "facecast/compose.h"
+#include "compose/compose.h"
 #include "server/internal.h"
 
 #include <malloc.h>

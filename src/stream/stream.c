@@ -15,11 +15,11 @@
  * frames, so the idle path allocates nothing.
  */
 #include "facecast/audio.h"
-#include "facecast/compose.h"
+#include "compose/compose.h"
 #include "facecast/error.h"
-#include "facecast/mel.h"
+#include "audio/mel.h"
 #include "facecast/stream.h"
-#include "facecast/visemes.h"
+#include "lipsync/visemes.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -8,9 +8,9 @@
  * the fuzzer reports it alongside ASan/UBSan findings. The input buffer is used in place (the
  * _mem entry points borrow it), so any read past its end is caught by ASan.
  */
-#include "facecast/checkpoint.h"
+#include "modelfile/checkpoint.h"
 #include "facecast/error.h"
-#include "runtime/ckpt_internal.h"
+#include "modelfile/ckpt_internal.h"
 
 #include <stdint.h>
 #include <stdlib.h>

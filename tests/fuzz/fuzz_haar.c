@@ -1,5 +1,5 @@
 /* libFuzzer: the Haar cascade XML reader; a cascade that loads is run on a small picture. */
-#include "facecast/haar.h"
+#include "avatar/haar.h"
 #include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -1,6 +1,6 @@
 /* libFuzzer: the PNG/JPEG decoder (avatars, uploads), then the grey conversion every face
  * detector call makes. */
-#include "facecast/image.h"
+#include "avatar/image.h"
 #include "fuzz.h"
 
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* libFuzzer: dlib's shape predictor model reader (shape_predictor_68_face_landmarks.dat); a
  * model that loads predicts on a small picture. */
-#include "facecast/landmarks.h"
+#include "avatar/landmarks.h"
 #include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -1,6 +1,6 @@
 /* libFuzzer: the .npy reader alone (fuzz_checkpoint.c also feeds it every input). */
-#include "facecast/checkpoint.h"
-#include "runtime/ckpt_internal.h"
+#include "modelfile/checkpoint.h"
+#include "modelfile/ckpt_internal.h"
 #include "fuzz.h"
 
 #include <stdlib.h>

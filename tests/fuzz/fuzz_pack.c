@@ -1,6 +1,6 @@
 /* libFuzzer: the avatar pack reader (its CRCs are off in fuzzing builds, so mutated headers
  * reach the parsers behind them); what opens is read: frames, crops, clips. */
-#include "facecast/pack.h"
+#include "avatar/pack.h"
 #include "fuzz.h"
 
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* libFuzzer: a WebRTC offer's parsing and checks (what /offer and /whep do before building a
  * pipeline). */
-#include "facecast/live.h"
+#include "media/live.h"
 #include "fuzz.h"
 
 #include <stdlib.h>

@@ -3,7 +3,7 @@
 #ifndef FC_PARAMETRIC_COMMON_H
 #define FC_PARAMETRIC_COMMON_H
 
-#include "facecast/image.h"
+#include "avatar/image.h"
 
 static inline float pm_clampf(float v, float lo, float hi) { return v < lo ? lo : v > hi ? hi : v; }
 

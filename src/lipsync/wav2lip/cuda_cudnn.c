@@ -131,12 +131,6 @@ typedef struct cstate {
   cudaEvent_t ev[W2L_MAX_OPS + 1]; /* W2L_CUDA_TIMING */
 } cstate;
 
-int w2l_cuda_error(cudaError_t e, const char *what) {
-  cudaGetLastError(); /* clear it */
-  return fc_error_set(e == cudaErrorMemoryAllocation ? FC_ENOMEM : FC_EUNSUPPORTED,
-                      "wav2lip cuda: %s: %s", what, cudaGetErrorString(e));
-}
-
 static int dnn_err(cudnnStatus_t s, const char *what) {
   return fc_error_set(s == CUDNN_STATUS_ALLOC_FAILED ? FC_ENOMEM : FC_EUNSUPPORTED,
                       "wav2lip cuda: %s: %s", what, cudnnGetErrorString(s));

@@ -16,7 +16,7 @@
  * the final sigmoid happen here, shared by the backends. */
 #include "lipsync/wav2lip/w2l_internal.h"
 
-#include "facecast/checkpoint.h"
+#include "modelfile/checkpoint.h"
 #include "facecast/error.h"
 
 #include <math.h>

@@ -5,7 +5,7 @@
 #ifndef FC_W2L_CUDA_H
 #define FC_W2L_CUDA_H
 
-#include "facecast/wav2lip.h"
+#include "lipsync/wav2lip/wav2lip.h"
 
 #include <cuda_runtime.h>
 #include <stddef.h>

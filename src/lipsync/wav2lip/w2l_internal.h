@@ -10,7 +10,7 @@
 #ifndef FC_W2L_INTERNAL_H
 #define FC_W2L_INTERNAL_H
 
-#include "facecast/wav2lip.h"
+#include "lipsync/wav2lip/wav2lip.h"
 
 #include <stddef.h>
 

@@ -6,7 +6,7 @@
 #ifndef FACECAST_HAAR_H
 #define FACECAST_HAAR_H
 
-#include "facecast/image.h"
+#include "avatar/image.h"
 
 #ifdef __cplusplus
 extern "C" {

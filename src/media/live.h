@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "facecast/image.h"
+#include "facecast/picture.h"
 
 #ifdef __cplusplus
 extern "C" {

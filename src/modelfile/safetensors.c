@@ -16,7 +16,7 @@
  * (U16/U32/U64 and the F8 kinds are FC_EUNSUPPORTED). Strings are decoded into malloc'd copies.
  */
 #include "facecast/error.h"
-#include "runtime/ckpt_internal.h"
+#include "modelfile/ckpt_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

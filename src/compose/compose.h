@@ -8,6 +8,7 @@
 #define FACECAST_COMPOSE_H
 
 #include "facecast/lipsync.h"
+#include "facecast/picture.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -26,21 +27,6 @@ int fc_compose_i420(const fc_avatar *av, int frame, const fc_patch *patch, uint8
  * frame. */
 int fc_compose_i420_update(const fc_avatar *av, int frame, const fc_patch *patch, uint8_t *dst,
                            fc_i420_delta *held, uint8_t *scratch);
-
-/* Copies rect r (even x, y, w, h; clipped to the w×h picture) of an I420 picture of width w
- * and height h between planes with the given strides (bytes per row, per plane). */
-void fc_i420_copy_rect(uint8_t *const dst[3], const int dst_stride[3], const uint8_t *const src[3],
-                       const int src_stride[3], int w, int h, fc_rect r);
-
-/* Makes dst (planes and strides; it holds what *held describes) equal to src (tightly packed
- * w×h I420, described by *src_delta, which may be NULL) with the least copying: when both are
- * described against the same base, held->changed is restored from base and src_delta->changed
- * copied from src; otherwise the whole picture is copied. *held becomes *src_delta. */
-void fc_i420_update(uint8_t *const dst[3], const int dst_stride[3], fc_i420_delta *held,
-                    const uint8_t *src, const fc_i420_delta *src_delta, int w, int h);
-
-/* The planes and strides of a tightly packed w×h I420 buffer. */
-void fc_i420_planes(const uint8_t *buf, int w, int h, uint8_t *planes[3], int strides[3]);
 
 #ifdef __cplusplus
 }

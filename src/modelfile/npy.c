@@ -18,8 +18,8 @@
  */
 #include "core/file.h"
 #include "facecast/error.h"
-#include "facecast/npy.h"
-#include "runtime/ckpt_internal.h"
+#include "modelfile/npy.h"
+#include "modelfile/ckpt_internal.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -27,7 +27,7 @@
  * memo indices below 16M and below the pickle's length, 256 MiB of VM heap in all.
  */
 #include "facecast/error.h"
-#include "runtime/ckpt_internal.h"
+#include "modelfile/ckpt_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -9,7 +9,7 @@
 #ifndef FC_RUNTIME_CKPT_INTERNAL_H
 #define FC_RUNTIME_CKPT_INTERNAL_H
 
-#include "facecast/checkpoint.h"
+#include "modelfile/checkpoint.h"
 
 #include <stddef.h>
 #include <stdint.h>

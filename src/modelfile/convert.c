@@ -10,7 +10,7 @@
  * Limits: the caller validates bounds (this file trusts its arguments); elements are assembled
  * byte by byte, so storage alignment and host byte order do not matter.
  */
-#include "runtime/ckpt_internal.h"
+#include "modelfile/ckpt_internal.h"
 
 #include <string.h>
 

@@ -13,7 +13,7 @@
  * is not CRC-checked here (the caller checks the small records it parses).
  */
 #include "facecast/error.h"
-#include "runtime/ckpt_internal.h"
+#include "modelfile/ckpt_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

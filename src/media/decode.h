@@ -11,7 +11,7 @@
 #define FACECAST_DECODE_H
 
 #include "facecast/audio.h"
-#include "facecast/image.h"
+#include "facecast/picture.h"
 
 #ifdef __cplusplus
 extern "C" {

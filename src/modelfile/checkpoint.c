@@ -22,9 +22,9 @@
  * Ownership: the fc_checkpoint owns the mapping (or borrows the caller's buffer for the _mem
  * form), the tensor table and the names. Limits: FC_TENSOR_MAX_DIMS dimensions, INT_MAX tensors.
  */
-#include "facecast/checkpoint.h"
+#include "modelfile/checkpoint.h"
 #include "facecast/error.h"
-#include "runtime/ckpt_internal.h"
+#include "modelfile/ckpt_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

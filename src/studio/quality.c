@@ -13,7 +13,7 @@
  *              in their bounding box against the face's: a covered mouth is flat.
  * Thresholds were set on the two public-domain portraits Debian ships (skimage's astronaut,
  * matplotlib's grace_hopper) and degraded copies of them (tests/test_studio.c makes them). */
-#include "avatar/studio_internal.h"
+#include "studio/studio_internal.h"
 #include "facecast/error.h"
 
 #include <math.h>

@@ -4,35 +4,14 @@
 #ifndef FACECAST_IMAGE_H
 #define FACECAST_IMAGE_H
 
+#include "facecast/picture.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef struct fc_rect {
-  int x, y, w, h;
-} fc_rect;
-
-/* An I420 picture (tightly packed planes) described against a still base picture of the same
- * size: outside `changed` every pixel is base's. base NULL: nothing is known. A holder of an
- * earlier copy can then rewrite two rectangles instead of the whole picture (fc_i420_update,
- * compose.h): a talking photo changes only around the mouth. */
-typedef struct fc_i420_delta {
-  const uint8_t *base;
-  fc_rect changed; /* even x, y, w, h inside the picture; w or h 0: the picture is base */
-} fc_i420_delta;
-
-typedef struct fc_image {
-  int w, h;
-  int stride;   /* bytes per row, >= 3*w */
-  uint8_t *rgb; /* owned */
-} fc_image;
-
-/* Allocates a w×h image (stride 3*w, zero-filled). */
-int fc_image_alloc(fc_image *img, int w, int h);
-void fc_image_free(fc_image *img);
 
 /* Decodes a PNG or JPEG file (chosen by its magic bytes, not its name) into RGB: grey, palette,
  * 16-bit and alpha inputs are converted (alpha dropped). Errors: FC_ENOTFOUND, FC_EIO,

@@ -7,7 +7,7 @@
 #ifndef FACECAST_VISEMES_H
 #define FACECAST_VISEMES_H
 
-#include "facecast/audio_visemes.h"
+#include "lipsync/audio_visemes.h"
 #include "facecast/lipsync.h"
 #include "facecast/tts.h"
 

@@ -25,8 +25,8 @@
 #ifndef FACECAST_PACK_H
 #define FACECAST_PACK_H
 
-#include "facecast/image.h"
-#include "facecast/landmarks.h"
+#include "avatar/image.h"
+#include "avatar/landmarks.h"
 
 #include <stdint.h>
 

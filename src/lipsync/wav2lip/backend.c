@@ -12,8 +12,8 @@
  * for it (every frame on the CPU; once per avatar frame on a GPU).
  */
 #include "facecast/error.h"
-#include "facecast/mel.h"
-#include "facecast/wav2lip.h"
+#include "audio/mel.h"
+#include "lipsync/wav2lip/wav2lip.h"
 #include "lipsync/backend.h"
 
 #include <math.h>

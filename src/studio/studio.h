@@ -20,9 +20,9 @@
 #ifndef FACECAST_STUDIO_H
 #define FACECAST_STUDIO_H
 
-#include "facecast/haar.h"
-#include "facecast/image.h"
-#include "facecast/landmarks.h"
+#include "avatar/haar.h"
+#include "avatar/image.h"
+#include "avatar/landmarks.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -107,13 +107,7 @@ typedef struct fc_studio_result {
  * FC_EMEDIA, FC_EFORMAT, FC_EINVAL for a bad id or size, FC_EIO, FC_ENOMEM) with its detail. */
 int fc_studio_create(const fc_studio_params *p, fc_studio_result *res);
 
-/* Where packs live: $FACECAST_DATA_DIR/avatars, else the build's data/avatars. */
-const char *fc_avatar_dir(void);
-/* Whether id is a valid avatar id. */
-int fc_avatar_id_valid(const char *id);
-/* The pack file an avatar argument names: a path (with a '/' or ending in .fcpack) as it is,
- * an id as dir/ID.fcpack (dir NULL: fc_avatar_dir()). 0, or FC_EINVAL with a detail. */
-int fc_avatar_pack_path(const char *dir, const char *path_or_id, char *out, size_t n);
+
 
 #ifdef __cplusplus
 }

@@ -2,7 +2,7 @@
 #ifndef FC_STUDIO_INTERNAL_H
 #define FC_STUDIO_INTERNAL_H
 
-#include "facecast/studio.h"
+#include "studio/studio.h"
 
 /* Checks one frame into q like fc_quality_check_frame and also reports the face: when *face
  * holds the previous frame's face (w > 0), the candidate nearest it is taken, else the

@@ -9,7 +9,7 @@
 #ifndef FACECAST_LANDMARKS_H
 #define FACECAST_LANDMARKS_H
 
-#include "facecast/image.h"
+#include "avatar/image.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -17,12 +17,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define FC_LANDMARKS 68
-
-typedef struct fc_point {
-  float x, y;
-} fc_point;
 
 typedef struct fc_shape_model fc_shape_model;
 
