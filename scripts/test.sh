@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Every test on a fresh Debian 12 machine: install, then build and run the CTest suite twice —
-# under AddressSanitizer + UndefinedBehaviorSanitizer, then (after a short run of every fuzzer)
-# the optimised build, whose CTest summary closes the output. Tests start what they need themselves (the server, headless
+# Every test on a fresh Debian 12 machine: install, then build and run the CTest suite under
+# AddressSanitizer + UndefinedBehaviorSanitizer, the threaded suites under ThreadSanitizer,
+# every fuzzer for a few seconds, and the optimised build's whole suite, whose CTest summary
+# closes the output. Tests start what they need themselves (the server, headless
 # Chromium).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,15 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 scripts/build.sh build-asan -DFC_SANITIZE=ON
 (cd build-asan && ctest --output-on-failure -j2 -E e2e_browser) ||
   { echo "sanitizer build: tests failed"; exit 1; }
+
+# The threaded suites under ThreadSanitizer: the scheduler, streams and renders, live outputs,
+# and a running server's sessions, listener and tasks (the hardening test). GLib's locks are
+# made visible to it (src/core/tsan_glib.h); tests/tsan.supp says what it cannot judge.
+scripts/build.sh build-tsan -DFC_TSAN=ON
+(cd build-tsan &&
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/../tests/tsan.supp" \
+  ctest --output-on-failure -j2 -R '^(test_sched|test_sync|test_mp4|test_live|test_lipsync|e2e_hardening)$') ||
+  { echo "ThreadSanitizer build: tests failed"; exit 1; }
 
 # Every parser under libFuzzer for a few seconds from its kept corpus (scripts/fuzz.sh; the
 # long runs are recorded in docs/RELIABILITY.md).

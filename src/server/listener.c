@@ -21,6 +21,13 @@
  * while even that fails, accepting pauses for 100 ms at a time. */
 #include "server/conn_internal.h"
 
+/* The listener's sources are its own, on the main loop (nothing handed between threads), and
+ * its socket source's callback is not a GSourceFunc: ThreadSanitizer builds' wrapper of
+ * g_source_set_callback (core/tsan_glib.h) must not touch them. */
+#ifdef FC_CORE_TSAN_GLIB_H
+#undef g_source_set_callback
+#endif
+
 #include "facecast/error.h"
 
 #include <errno.h>
