@@ -3,6 +3,7 @@
  * on request and on the viewer's PLI, offers that must be refused, the benchmark (NULL) kind,
  * and destroy at awkward moments. All traffic stays on this machine's own addresses. */
 #define GST_USE_UNSTABLE_API
+#include "core/tsan.h"
 #include "facecast/error.h"
 #include "media/live.h"
 #include "fc_test.h"
@@ -971,6 +972,7 @@ static void test_encoder_unchanged_blocks(void) {
     fc_i420_delta *d = g_new(fc_i420_delta, 1);
     *d = (fc_i420_delta){.base = base, .changed = r};
     gst_mini_object_set_qdata(GST_MINI_OBJECT(buf), fc_x264_delta_quark(), d, g_free);
+    FC_TSAN_RELEASE(d); /* to the encoder through appsrc, as live.c does (core/tsan.h) */
     GST_BUFFER_PTS(buf) = gst_util_uint64_scale(k, GST_SECOND, FPS);
     GST_BUFFER_DURATION(buf) = GST_SECOND / FPS;
     FC_CHECK(gst_app_src_push_buffer(GST_APP_SRC(src), buf) == GST_FLOW_OK);

@@ -1,4 +1,4 @@
-/* Avatar packs (include/facecast/pack.h).
+/* Avatar packs (src/avatar/pack.h).
  *
  * A synthetic avatar (64x48, 7 frames with consecutive duplicates, crops at 16 and 32, two clips,
  * one with stereo audio) is written and read back byte for byte; deduplication must make it

@@ -3,7 +3,7 @@
  * A backend takes a batch of requests (per request: which avatar frame, the frame's features)
  * and returns per request a patch: RGB pixels, a blend mask and where they go in the frame. The
  * scheduler, compositor and transports never know which model runs. Backends are looked up by
- * name ("parametric": no weights; "wav2lip" arrives with the neural runtime).
+ * name ("parametric": no weights; "wav2lip": a Wav2Lip checkpoint).
  *
  * Ownership: the caller owns the patch buffers (sized with fc_lipsync_patch_capacity), so a
  * batch runs without allocating. A backend handle may be shared by sessions but fc_lipsync_run

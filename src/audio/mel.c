@@ -1,4 +1,4 @@
-/* The Wav2Lip mel spectrogram (see include/facecast/mel.h and REFERENCE.md, "Wav2Lip data
+/* The Wav2Lip mel spectrogram (see src/audio/mel.h and REFERENCE.md, "Wav2Lip data
  * contract").
  *
  * Design note. Wav2Lip computes its mel with librosa; the network was trained on exactly that,

@@ -1,4 +1,4 @@
-/* Avatar packs: the streaming writer and the memory-mapped reader (include/facecast/pack.h says
+/* Avatar packs: the streaming writer and the memory-mapped reader (src/avatar/pack.h says
  * what a pack holds and why it is mapped).
  *
  * On-disk layout, version 2. Integers are little-endian; the reader hands out the s16 audio and

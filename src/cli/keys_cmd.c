@@ -5,7 +5,6 @@
  * FILE defaults to api_keys in the data directory ($FACECAST_DATA_DIR). */
 #include "cli/cli.h"
 #include "facecast/error.h"
-#include "studio/studio.h"
 #include "server/keys.h"
 
 #include <glib.h>

@@ -8,6 +8,7 @@
  * the lock, or on the data handed over); the program itself behaves exactly as in any build. */
 #ifndef FC_CORE_TSAN_GLIB_H
 #define FC_CORE_TSAN_GLIB_H
+#define FC_TSAN_BUILD 1 /* src/core/tsan.h */
 
 #include <glib.h>
 #include <stdlib.h>

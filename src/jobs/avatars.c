@@ -86,7 +86,7 @@ static void free_task(fc_task *p) {
 
 static void on_progress(void *user, int pct) {
   task *t = user;
-  t->t.progress = pct; /* an int store (tasks.h) */
+  fc_task_set_progress(&t->t, pct);
 }
 
 /* Whether a resolved (real) path lies in one of the --media-dir folders. */

@@ -70,14 +70,14 @@ static int bulk_lipsync(void *user, const fc_lipsync_req *reqs, fc_patch *out,
                         const fc_frame_info *info, int n) {
   render *r = user;
   (void)info;
-  if (r->t.cancel) return fc_error_set(FC_ECANCELED, "render %s canceled", r->t.id);
+  if (fc_task_canceled(&r->t)) return fc_error_set(FC_ECANCELED, "render %s canceled", r->t.id);
   return fc_sched_waiter_run(&r->wait, r->client, reqs, out, n,
                              fc_sched_now_ns() + 1000000000LL, 40000000);
 }
 
 static void on_progress(void *user, int64_t done, int64_t total) {
   render *r = user;
-  r->t.progress = total > 0 ? (int)(done * 100 / total) : 0; /* an int store (tasks.h) */
+  fc_task_set_progress(&r->t, total > 0 ? (int)(done * 100 / total) : 0);
   r->frames = done;
 }
 
@@ -109,7 +109,7 @@ static int push_speech(render *r, fc_stream *st) {
       g_free(piece);
       continue;
     }
-    if (r->t.cancel) err = fc_error_set(FC_ECANCELED, "render %s canceled", r->t.id);
+    if (fc_task_canceled(&r->t)) err = fc_error_set(FC_ECANCELED, "render %s canceled", r->t.id);
     else if (!(err = fc_tts_speak(piece, &tp, &sp)))
       err = fc_stream_push_speech(st, sp.audio.samples, sp.audio.n, sp.ph, sp.n_ph, NULL);
     pushed += !err;

@@ -23,7 +23,7 @@ const char *fc_task_status_name(int status) { return status_name[status]; }
 
 void fc_task_json_fields(const fc_task *t, GString *o) {
   g_string_append_printf(o, "\"task_id\":\"%s\",\"status\":\"%s\",\"progress\":%d", t->id,
-                         status_name[t->status], t->progress);
+                         status_name[t->status], fc_task_progress(t));
   if (t->status == FC_TASK_FAILED || t->status == FC_TASK_CANCELED) {
     char *q = fc_http_json_quote(t->error);
     g_string_append_printf(o, ",\"error\":%s", q);
@@ -46,14 +46,15 @@ static void run_job(gpointer data, gpointer user) {
   /* This thread only (Linux: per-thread nice): the jobs' CPU work yields to the live
    * sessions' frame production. */
   setpriority(PRIO_PROCESS, 0, 10);
-  int err = t->cancel ? fc_error_set(FC_ECANCELED, "%s %s canceled", ts->kind->noun, t->id)
-                      : ts->kind->run(ts->srv, t);
+  int err = fc_task_canceled(t)
+                ? fc_error_set(FC_ECANCELED, "%s %s canceled", ts->kind->noun, t->id)
+                : ts->kind->run(ts->srv, t);
   g_mutex_lock(&ts->lock);
   snprintf(t->error, sizeof t->error, "%s", err ? fc_error_detail(err) : "");
-  t->status = !err                                    ? FC_TASK_COMPLETED
-              : t->cancel || err == FC_ECANCELED      ? FC_TASK_CANCELED
-                                                      : FC_TASK_FAILED;
-  if (!err) t->progress = 100;
+  t->status = !err                                          ? FC_TASK_COMPLETED
+              : fc_task_canceled(t) || err == FC_ECANCELED ? FC_TASK_CANCELED
+                                                            : FC_TASK_FAILED;
+  if (!err) fc_task_set_progress(t, 100);
   g_mutex_unlock(&ts->lock);
 }
 
@@ -97,7 +98,7 @@ void fc_tasks_free(fc_tasks *ts) {
   gpointer v;
   g_mutex_lock(&ts->lock); /* a running job stops at its next check; queued ones at once */
   g_hash_table_iter_init(&it, ts->jobs);
-  while (g_hash_table_iter_next(&it, NULL, &v)) ((fc_task *)v)->cancel = 1;
+  while (g_hash_table_iter_next(&it, NULL, &v)) fc_task_cancel(v);
   g_mutex_unlock(&ts->lock);
   g_thread_pool_free(ts->pool, TRUE, TRUE);
   g_hash_table_iter_init(&it, ts->jobs);
@@ -160,7 +161,7 @@ void fc_tasks_answer(fc_tasks *ts, SoupServerMessage *msg, const char *id) {
       t->status = FC_TASK_CANCELED; /* the pool skips it */
       snprintf(t->error, sizeof t->error, "canceled before it started");
     } else if (t->status == FC_TASK_RUNNING) {
-      t->cancel = 1;
+      fc_task_cancel(t);
     } else if (!t->queued) {
       forget(ts, t);
       t = NULL;

@@ -6,7 +6,7 @@
  * and free one. The table owns a job from fc_tasks_submit on (also when that refuses it).
  * Status moves pending → running → completed | failed | canceled; the job thread sets running
  * and the final state, the main loop cancels. Everything in fc_task except `cancel` and
- * `progress` (single int stores, read for display) is read and written under the table's
+ * `progress` (relaxed atomics, below) is read and written under the table's
  * lock; a kind's own fields are written by its run callback before the final state is set
  * under the lock, so readers that look only at finished jobs' results need no more. */
 #ifndef FC_SERVER_TASKS_H
@@ -24,11 +24,23 @@ typedef struct fc_task {
   int status;
   int progress;       /* 0..100 */
   int queued;         /* in the pool's queue: the pool holds the pointer, so it stays listed */
-  volatile int cancel; /* set to stop a running job at its next check */
+  int cancel;         /* set to stop a running job at its next check (fc_task_cancel) */
   char error[512];    /* failed or canceled: why */
   char owner[64];     /* the API key that made it ("" without keys): only it sees the job */
   gint64 created;
 } fc_task;
+
+/* cancel and progress cross threads without the lock: one word each, no order needed. */
+static inline void fc_task_cancel(fc_task *t) { __atomic_store_n(&t->cancel, 1, __ATOMIC_RELAXED); }
+static inline int fc_task_canceled(const fc_task *t) {
+  return __atomic_load_n(&t->cancel, __ATOMIC_RELAXED);
+}
+static inline void fc_task_set_progress(fc_task *t, int pct) {
+  __atomic_store_n(&t->progress, pct, __ATOMIC_RELAXED);
+}
+static inline int fc_task_progress(const fc_task *t) {
+  return __atomic_load_n(&t->progress, __ATOMIC_RELAXED);
+}
 
 typedef struct fc_task_kind {
   const char *noun; /* in messages: "render", "avatar task" */

@@ -1,4 +1,4 @@
-/* The audio viseme classifier (see include/facecast/audio_visemes.h): MFCCs and a linear model.
+/* The audio viseme classifier (see src/lipsync/audio_visemes.h): MFCCs and a linear model.
  *
  * The FFT is our own (a 256-point complex radix-2 transform packing the 512-point real one):
  * four windows a frame cost a few microseconds, and FFTW's planner would need a global lock

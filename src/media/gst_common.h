@@ -9,8 +9,8 @@
  * where a detail should say whose pipeline failed, the caller passes a context, the output
  * file's path for mp4.c or "live output" for live.c, which starts the detail.
  *
- * GObject/GStreamer code stays inside src/media: only mp4.c, live.c and gst_common.c include
- * this header, and nothing in include/facecast/ exposes a GStreamer type. */
+ * GObject/GStreamer code stays inside src/media: only its files (mp4.c, decode.c, gst_common.c
+ * and the live output through live_internal.h) include this header, and nothing in include/facecast/ exposes a GStreamer type. */
 #ifndef FC_MEDIA_GST_COMMON_H
 #define FC_MEDIA_GST_COMMON_H
 

@@ -1,4 +1,4 @@
-/* Live outputs (include/facecast/live.h): one GStreamer pipeline per viewer session,
+/* Live outputs (src/media/live.h): one GStreamer pipeline per viewer session,
  *
  *   appsrc "v" (I420) → fcx264enc → capsfilter (constrained-baseline) → rtph264pay ─┐
  *   appsrc "a" (S16LE mono) → audioconvert → audioresample → opusenc → rtpopuspay ┴→ webrtcbin
@@ -79,6 +79,7 @@
 #include "media/live_internal.h"
 
 #include "facecast/error.h"
+#include "core/tsan.h"
 #include "facecast/picture.h"
 #include "media/x264_live.h"
 
@@ -519,6 +520,7 @@ static int fill_video(fc_live *l, GstBuffer *buf, const uint8_t *i420, const fc_
     held = g_new0(fc_i420_delta, 1);
     gst_mini_object_set_qdata(GST_MINI_OBJECT(buf), fc_x264_delta_quark(), held, g_free);
   }
+  FC_TSAN_ACQUIRE(held); /* back from the encoder through the pool (core/tsan.h) */
   GstVideoFrame vf;
   if (!gst_video_frame_map(&vf, &l->vinfo, buf, GST_MAP_WRITE)) {
     held->base = NULL;
@@ -532,6 +534,7 @@ static int fill_video(fc_live *l, GstBuffer *buf, const uint8_t *i420, const fc_
   }
   fc_i420_update(planes, strides, held, i420, delta, l->p.width, l->p.height);
   gst_video_frame_unmap(&vf);
+  FC_TSAN_RELEASE(held); /* to the encoder through appsrc's queue */
   return 0;
 }
 

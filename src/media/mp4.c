@@ -1,11 +1,16 @@
 /* MP4 writer (include/facecast/mp4.h): one GStreamer pipeline per file,
  *
  *   appsrc "v" (I420) → x264enc [→ h264parse if installed] → queue ───────────┐
- *   appsrc "a" (S16LE mono) → audioconvert → audioresample → AAC enc → aacparse ┴→ mp4mux
+ *   appsrc "a" (S16LE mono) → audiorate → audioconvert → audioresample → AAC enc
+ *                                                               → aacparse ┴→ mp4mux
  *                                                                                → filesink
  *
  * Timestamps come only from the caller's clock: video frame i is stamped i/fps and audio sample s
  * is stamped s/sample_rate (gst_util_uint64_scale, so long renders do not drift by rounding).
+ * A caller may skip frames (the session recorder drops a frame, picture and audio, when it
+ * falls behind): the picture before the gap is simply shown longer, but the AAC encoder numbers
+ * its samples consecutively, so without audiorate, which turns the gap into silence, every
+ * later sample would play early by the gap's length (a 60-minute soak drifted 136 ms that way).
  * After the file is complete, the audio track's edit list is patched to skip the AAC encoder's
  * priming samples (see "AAC priming" below), without which audio would play 64 ms late.
  *
@@ -202,8 +207,8 @@ fc_mp4_writer *fc_mp4_writer_create(const char *path, const fc_mp4_params *param
   int rc = 0;
   fc_mp4_writer *w = NULL;
   GstCaps *vcaps = NULL, *acaps = NULL;
-  GstElement *venc = NULL, *vparse = NULL, *vqueue = NULL, *aconv = NULL, *ares = NULL,
-             *aenc = NULL, *aparse = NULL, *mux = NULL, *sink = NULL;
+  GstElement *venc = NULL, *vparse = NULL, *vqueue = NULL, *arate = NULL, *aconv = NULL,
+             *ares = NULL, *aenc = NULL, *aparse = NULL, *mux = NULL, *sink = NULL;
   int created_file = 0;
   fc_mp4_params p;
 
@@ -254,6 +259,7 @@ fc_mp4_writer *fc_mp4_writer_create(const char *path, const fc_mp4_params *param
       (rc = fc_gst_add_element(w->pipeline, "x264enc", "venc", &venc)) ||
       (rc = fc_gst_add_element(w->pipeline, "queue", "vqueue", &vqueue)) ||
       (rc = fc_gst_add_element(w->pipeline, "appsrc", "a", &w->asrc)) ||
+      (rc = fc_gst_add_element(w->pipeline, "audiorate", "arate", &arate)) ||
       (rc = fc_gst_add_element(w->pipeline, "audioconvert", "aconv", &aconv)) ||
       (rc = fc_gst_add_element(w->pipeline, "audioresample", "ares", &ares)) ||
       (rc = add_aac_encoder(w->pipeline, &aenc)) ||
@@ -314,6 +320,9 @@ fc_mp4_writer *fc_mp4_writer_create(const char *path, const fc_mp4_params *param
     w->aac_priming = strcmp(fname, "avenc_aac") == 0 ? 1024 : 0;
   }
   g_object_set(sink, "location", path, NULL);
+  /* Its default tolerance (40 ms) would let exactly one skipped frame through unfilled; the
+   * caller's stamps are sample-exact, so anything over a millisecond is a real gap. */
+  g_object_set(arate, "tolerance", (guint64)GST_MSECOND, NULL);
 
   /* The encoded-video queue is bounded by time only: VIDEO_SKEW_SECONDS of H.264 is a few MB,
    * and it lets the caller push video that far ahead of its audio (see the design note). */
@@ -327,7 +336,7 @@ fc_mp4_writer *fc_mp4_writer_create(const char *path, const fc_mp4_params *param
   vchain[nv++] = vqueue;
   vchain[nv++] = mux;
   vchain[nv++] = sink;
-  GstElement *achain[] = {w->asrc, aconv, ares, aenc, aparse, mux};
+  GstElement *achain[] = {w->asrc, arate, aconv, ares, aenc, aparse, mux};
   if ((rc = fc_gst_link_chain(vchain, nv)) ||
       (rc = fc_gst_link_chain(achain, sizeof achain / sizeof achain[0])))
     goto fail;

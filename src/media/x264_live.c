@@ -22,6 +22,7 @@
  * buffer GstVideoEncoder hands out; the mb_info arrays are made in set_format. */
 #include "media/x264_live.h"
 
+#include "core/tsan.h"
 #include "facecast/error.h"
 #include "facecast/picture.h"
 
@@ -184,6 +185,7 @@ static GstFlowReturn enc_handle_frame(GstVideoEncoder *enc, GstVideoCodecFrame *
   pic.i_type = force ? X264_TYPE_IDR : X264_TYPE_AUTO;
   const fc_i420_delta *d =
       gst_mini_object_get_qdata(GST_MINI_OBJECT(frame->input_buffer), fc_x264_delta_quark());
+  if (d) FC_TSAN_ACQUIRE(d); /* the live output's hand-off (live.c fill_video) */
   if (e->cfg.qp > 0 && !force) pic.prop.mb_info = constant_map(e, d);
   e->last = d ? *d : (fc_i420_delta){0};
 
@@ -191,6 +193,7 @@ static GstFlowReturn enc_handle_frame(GstVideoEncoder *enc, GstVideoCodecFrame *
   int n_nals = 0;
   const int size = x264_encoder_encode(e->x, &nals, &n_nals, &pic, &out);
   gst_video_frame_unmap(&vf);
+  if (d) FC_TSAN_RELEASE(d); /* x264 copied the picture: the buffer may go back to the pool */
   if (size < 0) {
     gst_video_encoder_finish_frame(enc, frame);
     GST_ELEMENT_ERROR(e, STREAM, ENCODE, ("x264 failed to encode a picture"), (NULL));

@@ -1,5 +1,5 @@
 /* Checkpoint loading: format detection, the torch containers (zip and legacy stream), the tensor
- * table and float32 reads (API in include/facecast/checkpoint.h).
+ * table and float32 reads (API in src/modelfile/checkpoint.h).
  *
  * What: fc_checkpoint_load() maps the file read-only, detects the format from its first bytes and
  * builds a table of tensors (name, dtype, shape, storage pointer, offset, strides). Nothing is

@@ -1,4 +1,4 @@
-/* NumPy .npy reading and writing (API in include/facecast/npy.h; format in formats.md §5).
+/* NumPy .npy reading and writing (API in src/modelfile/npy.h; format in formats.md §5).
  *
  * What: the reader checks the magic and version (1.0: u16 header length; 2.0 and 3.0: u32),
  * parses the header dict literal {'descr': ..., 'fortran_order': ..., 'shape': (...), } with a

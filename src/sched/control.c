@@ -1,4 +1,4 @@
-/* The batch limit of a device (see include/facecast/sched.h, "Batch limit").
+/* The batch limit of a device (see src/sched/sched.h, "Batch limit").
  *
  * Three inputs, one number: the memory headroom rule caps the batch before each batch; the
  * latency controller moves its own limit from measured batch times; running out of memory

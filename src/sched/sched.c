@@ -1,4 +1,4 @@
-/* The scheduler's objects (see include/facecast/sched.h): create/destroy, clients and their
+/* The scheduler's objects (see src/sched/sched.h): create/destroy, clients and their
  * placement, submit, stats.
  *
  * Everything a device needs per request (slots, heaps, the batch arrays) is allocated here at

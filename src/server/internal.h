@@ -32,6 +32,18 @@
 #include <libsoup/soup.h>
 
 #define FC_READY_FRAMES 4 /* frames produced ahead of the pacer per session (160 ms) */
+/* A counter with one writer read by other threads (see fc_session's pacer fields). */
+#define FC_STAT_SET(field, value)                                                             \
+  do {                                                                                        \
+    __typeof__(field) v_ = (value);                                                           \
+    __atomic_store(&(field), &v_, __ATOMIC_RELAXED);                                          \
+  } while (0)
+#define FC_STAT_GET(field)                                                                    \
+  __extension__({                                                                             \
+    __typeof__(field) v_;                                                                     \
+    __atomic_load(&(field), &v_, __ATOMIC_RELAXED);                                           \
+    v_;                                                                                       \
+  })
 /* A WebSocket message (all its fragments): microphone audio comes in 20-100 ms pieces. */
 #define FC_WS_MAX_MESSAGE (1 << 20)
 
@@ -177,7 +189,8 @@ struct fc_session {
   guint connect_timer;          /* closes a session whose peer never connects */
   uint32_t heard;               /* utterance between its SSE start and end */
 
-  /* Pacer only (read loosely by /metrics). */
+  /* Pacer only; /metrics and closing read them from other threads, so the pacer stores them
+   * with FC_STAT_SET and they read them with FC_STAT_GET (relaxed atomics: no order, no tear). */
   int still_run; /* idle frames in a row showing the same still picture */
   uint64_t out_frames, infer_frames, dropped_frames;
   int64_t log_t0;

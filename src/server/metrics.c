@@ -1,7 +1,8 @@
 /* /metrics in Prometheus' text format, each family's samples together after its HELP and TYPE
  * lines. The pacers' counters are copied under stat_lock (one consistent histogram); the
- * sessions' own counters are read under the server lock without their writers' locks: each is
- * a naturally aligned 64-bit word, so a read sees an old or a new value, never a torn one. */
+ * sessions' own counters are read under the server lock without their writers' locks: the
+ * pacer, their only writer, stores them atomically (FC_STAT_SET), so a read sees an old or a
+ * new value, never a torn one. */
 #include "server/internal.h"
 #include "server/listener.h"
 
@@ -66,9 +67,9 @@ void fc_metrics_render(fc_server *srv, GString *o, const char *owner) {
     g_mutex_lock(&s->q_lock);
     r->ready = s->r_count;
     g_mutex_unlock(&s->q_lock);
-    r->frames = s->out_frames;
-    r->infer_fps = s->infer_fps;
-    r->final_fps = s->final_fps;
+    r->frames = FC_STAT_GET(s->out_frames);
+    r->infer_fps = FC_STAT_GET(s->infer_fps);
+    r->final_fps = FC_STAT_GET(s->final_fps);
     /* The output's encoder (out_lock: the output may be going away). */
     fc_live_stats ls = {0};
     g_mutex_lock(&s->out_lock);
@@ -77,8 +78,8 @@ void fc_metrics_render(fc_server *srv, GString *o, const char *owner) {
     r->encoder_delay_ms = ls.frames_encoded ? ls.encode_delay_us / 1000.0 / ls.frames_encoded : 0;
     r->pictures_late = ls.frames_encoded_late;
     r->keyframes = ls.keyframes;
-    infer += s->infer_frames;
-    dropped += s->dropped_frames;
+    infer += FC_STAT_GET(s->infer_frames);
+    dropped += FC_STAT_GET(s->dropped_frames);
     enc_late += ls.frames_encoded_late;
   }
   infer += srv->closed_infer; /* the totals stay monotonic when sessions close */

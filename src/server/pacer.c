@@ -46,11 +46,13 @@ static void log_rates(fc_session *s, int64_t now) {
   if (s->out_frames - s->log_out0 < 100) return;
   double dt = (now - s->log_t0) / 1e9;
   if (dt > 0) {
-    s->infer_fps = (s->infer_frames - s->log_infer0) / dt;
-    s->final_fps = (s->out_frames - s->log_out0) / dt;
+    const double infer = (s->infer_frames - s->log_infer0) / dt;
+    const double final = (s->out_frames - s->log_out0) / dt;
+    FC_STAT_SET(s->infer_fps, infer);
+    FC_STAT_SET(s->final_fps, final);
     if (!s->srv->p.quiet)
-      g_message("session %llu: actual avg infer fps %.1f, actual avg final fps %.1f", (unsigned long long)s->serial,
-                s->infer_fps, s->final_fps);
+      g_message("session %llu: actual avg infer fps %.1f, actual avg final fps %.1f",
+                (unsigned long long)s->serial, infer, final);
   }
   s->log_t0 = now;
   s->log_out0 = s->out_frames;
@@ -106,7 +108,7 @@ static void pace_one(fc_server *srv, fc_session *s, int64_t deadline) {
       tick_busy(srv);
       return;
     }
-    if (s->closed) {
+    if (g_atomic_int_get(&s->closed)) {
       g_mutex_unlock(&s->lock);
       return;
     }
@@ -138,11 +140,11 @@ static void pace_one(fc_server *srv, fc_session *s, int64_t deadline) {
   if (g_mutex_trylock(&s->out_lock)) {
     if (s->live && fc_live_push_delta(s->live, send, from_queue ? &held : NULL, fi.index, pcm,
                                       FC_SAMPLES_PER_FRAME, fi.index * FC_SAMPLES_PER_FRAME))
-      s->dropped_frames++;
+      FC_STAT_SET(s->dropped_frames, s->dropped_frames + 1);
     if (s->rec) fc_recorder_push(s->rec, img, pcm, fi.index - s->rec_first);
     g_mutex_unlock(&s->out_lock);
   } else {
-    s->dropped_frames++; /* the output is being torn down */
+    FC_STAT_SET(s->dropped_frames, s->dropped_frames + 1); /* the output is being torn down */
   }
 
   g_mutex_lock(&s->q_lock);
@@ -156,7 +158,7 @@ static void pace_one(fc_server *srv, fc_session *s, int64_t deadline) {
   if (fi.utt_started) s->pushed_utt = fi.utt_started;
   int ended = fi.utt_ended && fi.utt_ended == s->pushed_utt;
   if (ended) s->pushed_utt = 0;
-  s->infer_frames = s->infer_total;
+  FC_STAT_SET(s->infer_frames, s->infer_total);
   g_mutex_unlock(&s->q_lock);
   fc_session_want_fill(s);
   if (fi.utt_started) fc_session_post_event(s, "start", fi.utt_started);
@@ -164,7 +166,7 @@ static void pace_one(fc_server *srv, fc_session *s, int64_t deadline) {
 
   int64_t now = now_ns();
   double ms = (now - deadline) / 1e6;
-  s->out_frames++;
+  FC_STAT_SET(s->out_frames, s->out_frames + 1);
   g_mutex_lock(&srv->stat_lock);
   fc_metrics_late(srv, ms < 0 ? 0 : ms);
   srv->frames_out++;

@@ -3,7 +3,8 @@
  * The pacer copies each frame into a bounded ring (QUEUE frames, preallocated); a recorder
  * thread feeds them to an fc_mp4_writer, whose pushes may block while x264 catches up. When
  * the ring is full the new frame is dropped and counted — the recording then misses a frame
- * (its audio too, so the file stays in sync) rather than the live session stuttering.
+ * rather than the live session stuttering: the picture before it stays up 40 ms longer and its
+ * audio becomes silence (the MP4 writer's audiorate), so what follows stays in sync.
  */
 #include "facecast/error.h"
 #include "facecast/mp4.h"

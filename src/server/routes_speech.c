@@ -301,7 +301,8 @@ static void ws_message(SoupWebsocketConnection *c, gint type, GBytes *msg, gpoin
       w->buf[i] = (int16_t)(p[0] | p[1] << 8) / 32768.0f;
     }
     g_mutex_lock(&s->lock);
-    int err = s->closed ? FC_ENOTFOUND : fc_stream_push_audio(s->stream, w->buf, k);
+    int err = g_atomic_int_get(&s->closed) ? FC_ENOTFOUND
+                                           : fc_stream_push_audio(s->stream, w->buf, k);
     if (!err) fc_session_want_fill_locked(s);
     g_mutex_unlock(&s->lock);
     if (err) break; /* queue full: the rest of this message is dropped */

@@ -229,7 +229,7 @@ void fc_session_want_fill(fc_session *s) {
 
 void fc_session_want_fill_locked(fc_session *s) {
   note_pending_locked(s);
-  if (!s->closed) fc_session_want_fill(s);
+  if (!g_atomic_int_get(&s->closed)) fc_session_want_fill(s);
 }
 
 /* Drops the speech of the stream and of the ready queue (s->lock held); returns the utterance
@@ -257,7 +257,7 @@ static uint32_t interrupt_locked(fc_session *s) {
  * interrupt (which shortens the queue) needs the stream lock too. */
 void fc_session_fill_locked(fc_session *s, int max) {
   const int w = fc_avatar_width(s->avatar), h = fc_avatar_height(s->avatar);
-  for (int made = 0; made < max && !s->closed; made++) {
+  for (int made = 0; made < max && !g_atomic_int_get(&s->closed); made++) {
     g_mutex_lock(&s->q_lock);
     int room = s->r_count < FC_READY_FRAMES;
     fc_ready_slot *slot = &s->ready[(s->r_head + s->r_count) % FC_READY_FRAMES];
@@ -395,8 +395,8 @@ void fc_session_close(fc_session *s, const char *why) {
     g_mutex_lock(&s->out_lock);
     if (s->live) fc_live_get_stats(s->live, &ls);
     g_mutex_unlock(&s->out_lock);
-    srv->closed_infer += s->infer_frames;
-    srv->closed_dropped += s->dropped_frames;
+    srv->closed_infer += FC_STAT_GET(s->infer_frames);
+    srv->closed_dropped += FC_STAT_GET(s->dropped_frames);
     srv->closed_enc_late += ls.frames_encoded_late;
     g_hash_table_remove(srv->sessions, s->id);
   }

@@ -58,7 +58,7 @@ static void post_reply(fc_server *srv, reply *r) {
 static int queue_speech(fc_session *s, const fc_speech *sp, int interrupt) {
   if (interrupt) fc_session_interrupt(s);
   g_mutex_lock(&s->lock);
-  int err = s->closed ? fc_error_set(FC_ENOTFOUND, "the session is closed")
+  int err = g_atomic_int_get(&s->closed) ? fc_error_set(FC_ENOTFOUND, "the session is closed")
                       : fc_stream_push_speech(s->stream, sp->audio.samples, sp->audio.n, sp->ph,
                                               sp->n_ph, NULL);
   if (!err) fc_session_want_fill_locked(s);

@@ -184,7 +184,9 @@ static void progress(job *j, int pct) {
   j->p->progress(j->p->user, pct);
 }
 
-static int canceled(const job *j) { return j->p->cancel && *j->p->cancel; }
+static int canceled(const job *j) {
+  return j->p->cancel && __atomic_load_n(j->p->cancel, __ATOMIC_RELAXED);
+}
 
 static int add_clips(struct job *j, fc_pack_writer *wr, void *ctx);
 

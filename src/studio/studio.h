@@ -90,7 +90,7 @@ typedef struct fc_studio_params {
   const char *clip_file[FC_STUDIO_MAX_CLIPS];
   void (*progress)(void *user, int percent); /* may be NULL; called from this thread */
   void *user;
-  const volatile int *cancel; /* set nonzero from anywhere to stop (FC_ECANCELED) */
+  const int *cancel;       /* set nonzero (atomically) from anywhere to stop: FC_ECANCELED */
   const char *name;        /* the source's name for the pack's "source" (NULL: from's) */
   int no_replace;          /* fail rather than replace a pack with this id */
 } fc_studio_params;
