@@ -3,10 +3,12 @@
  * rate the writer sustains at 512×512 for two x264 presets. */
 #include "facecast/error.h"
 #include "facecast/mp4.h"
+#include "media/sink.h"
 
 #include "fc_test.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <math.h>
 #include <signal.h>
 #include <stdint.h>
@@ -526,6 +528,160 @@ static void test_skipped_frames_keep_sync(void) {
   unlink(path);
 }
 
+/* ---- outputs (media/sink.h) ---- */
+
+/* A fake output: records what reaches it, blocks while its gate is closed, fails on a chosen
+ * frame, counts its destruction. */
+typedef struct fake_sink {
+  fc_sink sink;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int gate_closed, fail_at, destroyed, finished;
+  int n;
+  int64_t index[64], first_sample[64];
+  uint8_t pic0[64]; /* first byte of each picture (0 when none) */
+  int16_t pcm0[64];
+} fake_sink;
+
+static int fake_push(void *self, const fc_sink_frame *f) {
+  fake_sink *k = self;
+  pthread_mutex_lock(&k->mu);
+  while (k->gate_closed) pthread_cond_wait(&k->cv, &k->mu);
+  int err = k->n == k->fail_at ? fc_error_set(FC_EIO, "fake output: disk full") : 0;
+  if (!err && k->n < 64) {
+    k->index[k->n] = f->index, k->first_sample[k->n] = f->first_sample;
+    k->pic0[k->n] = f->i420 ? f->i420[0] : 0, k->pcm0[k->n] = f->n_samples ? f->pcm[0] : 0;
+  }
+  k->n += !err;
+  pthread_mutex_unlock(&k->mu);
+  return err;
+}
+static void fake_stats(void *self, fc_sink_stats *out) { (void)self, (void)out; }
+static int fake_finish(void *self) { return ((fake_sink *)self)->finished++, 0; }
+static void fake_destroy(void *self) { ((fake_sink *)self)->destroyed++; }
+static const fc_sink_ops fake_ops = {.kind = "fake", .push = fake_push, .stats = fake_stats,
+                                     .finish = fake_finish, .destroy = fake_destroy};
+
+static void fake_init(fake_sink *k) {
+  memset(k, 0, sizeof *k);
+  k->sink = (fc_sink){&fake_ops, k};
+  k->fail_at = -1;
+  pthread_mutex_init(&k->mu, NULL);
+  pthread_cond_init(&k->cv, NULL);
+}
+
+static void fake_gate(fake_sink *k, int closed) {
+  pthread_mutex_lock(&k->mu);
+  k->gate_closed = closed;
+  pthread_cond_broadcast(&k->cv);
+  pthread_mutex_unlock(&k->mu);
+}
+
+/* The queued output never makes its pusher wait: with the output stuck, a ring of 4 holds
+ * frames 0-3 (the one being pushed still counts), frames 4-9 are dropped and counted, and
+ * what it passes on later are copies of what was pushed, in order. */
+static void test_sink_queued(void) {
+  enum { W = 16, H = 8, N = 10 };
+  fake_sink k;
+  fake_init(&k);
+  fake_gate(&k, 1);
+  int err = 0;
+  fc_sink *q = fc_sink_queued_create(&k.sink, W, H, 4, 4, &err);
+  FC_REQUIRE(q);
+  FC_CHECK(!strcmp(fc_sink_kind(q), "queued"));
+  uint8_t pic[W * H * 3 / 2];
+  int16_t pcm[4];
+  for (int i = 0; i < N; i++) {
+    memset(pic, 10 + i, sizeof pic);
+    for (int j = 0; j < 4; j++) pcm[j] = (int16_t)(100 * i + j);
+    fc_sink_frame f = {.index = i, .i420 = i == 2 ? NULL : pic, .pcm = pcm, .n_samples = 4,
+                       .first_sample = 4 * i};
+    FC_CHECK_INT(fc_sink_push(q, &f), ==, 0);
+  }
+  memset(pic, 0, sizeof pic); /* the copies must not see this */
+  fc_sink_stats st;
+  fc_sink_get_stats(q, &st);
+  FC_CHECK_INT(st.frames_pushed, ==, N);
+  FC_CHECK_INT(st.frames_dropped, ==, 6);
+  fc_sink_frame big = {.index = N, .i420 = pic, .pcm = pcm, .n_samples = 5, .first_sample = 40};
+  FC_CHECK_INT(fc_sink_push(q, &big), ==, FC_EINVAL); /* more audio than the ring holds */
+  fake_gate(&k, 0);
+  FC_CHECK_INT(fc_sink_finish(q), ==, 0);
+  FC_CHECK_INT(k.finished, ==, 1);
+  FC_REQUIRE(k.n == 4);
+  for (int i = 0; i < 4; i++) {
+    FC_CHECK_INT(k.index[i], ==, i);
+    FC_CHECK_INT(k.first_sample[i], ==, 4 * i);
+    FC_CHECK_INT(k.pic0[i], ==, i == 2 ? 0 : 10 + i); /* frame 2 had no picture */
+    FC_CHECK_INT(k.pcm0[i], ==, 100 * i);
+  }
+  fc_sink_destroy(q);
+  FC_CHECK_INT(k.destroyed, ==, 1);
+
+  /* An error of the output stops the pushing and comes back from finish. */
+  fake_init(&k);
+  k.fail_at = 1;
+  q = fc_sink_queued_create(&k.sink, W, H, 4, 4, &err);
+  FC_REQUIRE(q);
+  for (int i = 0; i < 4; i++) {
+    fc_sink_frame f = {.index = i, .i420 = pic, .pcm = pcm, .n_samples = 4, .first_sample = 4 * i};
+    FC_CHECK_INT(fc_sink_push(q, &f), ==, 0);
+  }
+  FC_CHECK_INT(fc_sink_finish(q), ==, FC_EIO);
+  FC_CHECK_INT(k.n, ==, 1);
+  FC_CHECK_INT(k.finished, ==, 0);
+  fc_sink_destroy(q);
+  FC_CHECK_INT(k.destroyed, ==, 1);
+
+  /* Bad arguments: refused, and the output it was given is destroyed all the same. */
+  fake_init(&k);
+  FC_CHECK(fc_sink_queued_create(&k.sink, 15, 8, 4, 4, &err) == NULL && err == FC_EINVAL);
+  FC_CHECK_INT(k.destroyed, ==, 1);
+  FC_CHECK_INT(fc_sink_push(NULL, NULL), ==, FC_EINVAL);
+  fc_sink_destroy(NULL);
+}
+
+/* The MP4 writer as an output, behind a queue, as a session records: frames without a picture
+ * leave the one before up (the file has fewer pictures, the same length) and keep A/V sync. */
+static void test_sink_mp4(void) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/sink.mp4", tmpdir);
+  const int w = 128, h = 96, frames = 50;
+  int err = 0;
+  fc_mp4_params p = fc_mp4_params_default(w, h);
+  fc_mp4_writer *wr = fc_mp4_writer_create(path, &p, &err);
+  FC_REQUIRE(wr);
+  fc_sink *q = fc_sink_queued_create(fc_mp4_writer_sink(wr), w, h, CHUNK, frames, &err);
+  FC_REQUIRE(q);
+  uint8_t *frame = malloc((size_t)w * h * 3 / 2);
+  int16_t pcm[CHUNK];
+  FC_REQUIRE(frame);
+  for (int i = 0; i < frames; i++) {
+    fill_frame(frame, w, h, i);
+    fill_sine(pcm, CHUNK, (int64_t)i * CHUNK);
+    fc_sink_frame f = {.index = i, .i420 = i >= 10 && i < 20 ? NULL : frame, .pcm = pcm,
+                       .n_samples = CHUNK, .first_sample = (int64_t)i * CHUNK};
+    FC_CHECK_INT(fc_sink_push(q, &f), ==, 0);
+  }
+  FC_CHECK_INT(fc_sink_finish(q), ==, 0);
+  fc_sink_stats st;
+  fc_sink_get_stats(q, &st);
+  FC_CHECK_INT(st.frames_pushed, ==, frames);
+  FC_CHECK_INT(st.frames_dropped, ==, 0);
+  fc_sink_destroy(q);
+  free(frame);
+  probe_result r;
+  FC_REQUIRE(probe(path, &r) == 0);
+  const probe_stream *v = find_stream(&r, "video"), *a = find_stream(&r, "audio");
+  FC_REQUIRE(v && a);
+  FC_CHECK_INT(v->nb_frames, ==, frames - 10);
+  FC_CHECK_NEAR(v->duration, frames / (double)FPS, 1e-3);
+  FC_CHECK_NEAR(a->duration, v->duration, 0.04);
+  long onset = audio_onset(path);
+  FC_CHECK(onset >= 0 && onset < RATE / 100);
+  unlink(path);
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "--fsize-child")) return fsize_child(argv[2]);
 
@@ -538,6 +694,8 @@ int main(int argc, char **argv) {
   FC_RUN(test_other_sizes);
   FC_RUN(test_push_orders);
   FC_RUN(test_skipped_frames_keep_sync);
+  FC_RUN(test_sink_queued);
+  FC_RUN(test_sink_mp4);
   FC_RUN(test_video_only);
   FC_RUN(test_unwritable_path);
   FC_RUN(test_bad_arguments);

@@ -10,8 +10,11 @@
 #include "sched/sched.h"
 #include "fc_test.h"
 #include "sched/internal.h"
+#include "stream/lipsync_pool.h"
 
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -784,6 +787,162 @@ static void test_bad_params(void) {
   fc_sched_destroy(NULL);
 }
 
+/* ---- scheduled lip-sync (src/stream/lipsync_pool.h), on two parametric backends ---------- */
+
+#define POOL_CLIENTS 4
+#define POOL_CALLS 12
+#define POOL_FRAMES 8
+
+typedef struct pool_client {
+  fc_lipsync_client *c;
+  const fc_avatar *av;
+  size_t cap;
+  const uint8_t *want; /* the reference patches: rgb then alpha, cap * 4 bytes per frame */
+  const fc_rect *want_place;
+  int dues;            /* first_due calls */
+  int err, mismatches;
+} pool_client;
+
+static int64_t count_due(void *user) {
+  ((pool_client *)user)->dues++;
+  return fc_sched_now_ns() + 40 * MS;
+}
+
+static fc_lipsync_req pool_req(const fc_avatar *av, int k) {
+  return (fc_lipsync_req){.avatar = av, .mouth = {0.1f * (k % 9), 0.05f * (k % 5), 0.2f * (k % 3)}};
+}
+
+/* POOL_CALLS calls of POOL_FRAMES frames, each patch compared with the direct backend's. */
+static void *pool_client_main(void *arg) {
+  pool_client *pc = arg;
+  uint8_t *mem = malloc(pc->cap * 4 * POOL_FRAMES);
+  fc_lipsync_req rq[POOL_FRAMES];
+  fc_patch pt[POOL_FRAMES];
+  for (int call = 0; mem && call < POOL_CALLS && !pc->err; call++) {
+    memset(mem, 0xAA, pc->cap * 4 * POOL_FRAMES);
+    for (int i = 0; i < POOL_FRAMES; i++) {
+      rq[i] = pool_req(pc->av, call * POOL_FRAMES + i);
+      pt[i] = (fc_patch){.rgb = mem + pc->cap * 4 * i, .alpha = mem + pc->cap * (4 * i + 3)};
+    }
+    if ((pc->err = fc_lipsync_client_run(pc->c, rq, pt, POOL_FRAMES))) break;
+    for (int i = 0; i < POOL_FRAMES; i++) {
+      const int k = (call * POOL_FRAMES + i) % (POOL_CALLS * POOL_FRAMES);
+      const fc_rect r = pt[i].place, w = pc->want_place[k];
+      const size_t px = (size_t)r.w * r.h;
+      if (r.x != w.x || r.y != w.y || r.w != w.w || r.h != w.h || pt[i].i420 ||
+          memcmp(pt[i].rgb, pc->want + pc->cap * 4 * k, px * 3) ||
+          memcmp(pt[i].alpha, pc->want + pc->cap * (4 * k + 3), px))
+        pc->mismatches++;
+    }
+  }
+  if (!mem) pc->err = FC_ENOMEM;
+  free(mem);
+  return NULL;
+}
+
+static void test_lipsync_pool(void) {
+  int err = 0;
+  fc_avatar_params ap = fc_avatar_params_default();
+  ap.width = ap.height = 256;
+  fc_avatar *av = fc_avatar_create_from_image(fc_avatar_default_path(), &ap, &err);
+  fc_lipsync *ls[2] = {fc_lipsync_create(NULL, &err), fc_lipsync_create(NULL, &err)};
+  FC_REQUIRE(av && ls[0] && ls[1]);
+  const size_t cap = fc_lipsync_patch_capacity(ls[0], av);
+  const int nref = POOL_CALLS * POOL_FRAMES;
+  uint8_t *want = malloc(cap * 4 * nref);
+  fc_rect *place = calloc(nref, sizeof *place);
+  FC_REQUIRE(want && place);
+  /* The reference: the backend called directly, one frame at a time. */
+  for (int k = 0; k < nref; k++) {
+    fc_lipsync_req rq = pool_req(av, k);
+    fc_patch pt = {.rgb = want + cap * 4 * k, .alpha = want + cap * (4 * k + 3)};
+    FC_REQUIRE(fc_lipsync_run(ls[0], &rq, &pt, 1) == 0);
+    place[k] = pt.place;
+  }
+
+  /* Bad arguments: one line each, nothing started. */
+  fc_lipsync_pool_params bad = {.backends = ls, .n_backends = 0};
+  FC_CHECK(fc_lipsync_pool_create(&bad, &err) == NULL && err == FC_EINVAL);
+  FC_CHECK(fc_lipsync_client_add(NULL, &(fc_lipsync_client_params){0}, &err) == NULL &&
+           err == FC_EINVAL);
+
+  fc_lipsync_pool_params pp = {.backends = ls, .n_backends = 2, .max_batch = 32, .gather_ms = 2};
+  fc_lipsync_pool *pool = fc_lipsync_pool_create(&pp, &err);
+  FC_REQUIRE(pool);
+  FC_CHECK_INT(fc_sched_device_count(fc_lipsync_pool_sched(pool)), ==, 2);
+
+  /* Three live clients and a bulk one, each on its own thread: every patch is the backend's
+   * own, whichever batch and device it ran in; clients are spread over both devices. */
+  pool_client pc[POOL_CLIENTS];
+  pthread_t th[POOL_CLIENTS];
+  int on[2] = {0, 0};
+  for (int i = 0; i < POOL_CLIENTS; i++) {
+    pc[i] = (pool_client){.av = av, .cap = cap, .want = want, .want_place = place};
+    fc_lipsync_client_params cp = {.cls = i < 3 ? FC_SCHED_LIVE : FC_SCHED_BULK,
+                                   .first_due = i < 3 ? count_due : NULL, .user = &pc[i]};
+    pc[i].c = fc_lipsync_client_add(pool, &cp, &err);
+    FC_REQUIRE(pc[i].c);
+    on[fc_lipsync_client_device(pc[i].c)]++;
+  }
+  FC_CHECK(on[0] > 0 && on[1] > 0);
+  for (int i = 0; i < POOL_CLIENTS; i++) pthread_create(&th[i], NULL, pool_client_main, &pc[i]);
+  for (int i = 0; i < POOL_CLIENTS; i++) pthread_join(th[i], NULL);
+  /* A device counts a batch's frames after their done callbacks have woken the callers: the
+   * figures settle a moment after the last call returns. */
+  uint64_t frames = 0, batches = 0, failed = 0;
+  for (int tries = 0; tries < 100; tries++) {
+    frames = batches = failed = 0;
+    for (int k = 0; k < 2; k++) {
+      fc_sched_stats st;
+      FC_REQUIRE(fc_sched_stats_get(fc_lipsync_pool_sched(pool), k, &st) == 0);
+      frames += st.frames, batches += st.batches, failed += st.failed;
+    }
+    if (frames >= (uint64_t)POOL_CLIENTS * POOL_CALLS * POOL_FRAMES) break;
+    sleep_ms(10);
+  }
+  FC_CHECK_INT(failed, ==, 0);
+  for (int i = 0; i < POOL_CLIENTS; i++) {
+    FC_CHECK_INT(pc[i].err, ==, 0);
+    FC_CHECK_INT(pc[i].mismatches, ==, 0);
+    FC_CHECK_INT(pc[i].dues, ==, i < 3 ? POOL_CALLS : 0); /* once per call; bulk has none */
+  }
+  FC_CHECK_INT(frames, ==, (uint64_t)POOL_CLIENTS * POOL_CALLS * POOL_FRAMES);
+  fprintf(stderr, "  pool: %llu frames in %llu batches on 2 devices\n", (unsigned long long)frames,
+          (unsigned long long)batches);
+
+  /* Errors: a call of 0 or too many frames is refused before anything is queued; a frame
+   * the backend refuses fails its call with the backend's detail; the client still works. */
+  fc_lipsync_client *c = pc[0].c;
+  uint8_t *mem = malloc(cap * 4 * 17);
+  FC_REQUIRE(mem);
+  fc_lipsync_req rq[17];
+  fc_patch pt[17];
+  for (int i = 0; i < 17; i++) {
+    rq[i] = pool_req(av, i);
+    pt[i] = (fc_patch){.rgb = mem + cap * 4 * i, .alpha = mem + cap * (4 * i + 3)};
+  }
+  FC_CHECK_INT(fc_lipsync_client_run(c, rq, pt, 0), ==, FC_EINVAL);
+  FC_CHECK_INT(fc_lipsync_client_run(c, rq, pt, 17), ==, FC_EINVAL);
+  rq[2].avatar = NULL;
+  FC_CHECK_INT(fc_lipsync_client_run(c, rq, pt, 4), ==, FC_EINVAL);
+  FC_CHECK(strstr(fc_error_detail(FC_EINVAL), "without an avatar") != NULL);
+  rq[2].avatar = av;
+  FC_CHECK_INT(fc_lipsync_client_run(c, rq, pt, 4), ==, 0);
+  FC_CHECK(memcmp(pt[3].rgb, want + cap * 4 * 3, (size_t)pt[3].place.w * pt[3].place.h * 3) == 0);
+  /* As a stream's run hook: the same call. */
+  FC_CHECK_INT(fc_lipsync_pool_hook(c, rq, pt, NULL, 2), ==, 0);
+  free(mem);
+
+  for (int i = 0; i < POOL_CLIENTS; i++) fc_lipsync_client_remove(pc[i].c);
+  fc_lipsync_client_remove(NULL);
+  fc_lipsync_pool_destroy(pool);
+  fc_lipsync_destroy(ls[0]);
+  fc_lipsync_destroy(ls[1]);
+  fc_avatar_destroy(av);
+  free(want);
+  free(place);
+}
+
 int main(void) {
   FC_RUN(test_bad_params);
   FC_RUN(test_deadline_order);
@@ -796,5 +955,6 @@ int main(void) {
   FC_RUN(test_placement);
   FC_RUN(test_shutdown);
   FC_RUN(test_remove_and_bounds);
+  FC_RUN(test_lipsync_pool);
   FC_TEST_EXIT();
 }

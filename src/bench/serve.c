@@ -146,11 +146,11 @@ static void read_counts(const bench_ctx *b, counts *c) {
   fc_server *srv = b->srv;
   memset(c, 0, sizeof *c);
   for (int i = 0; i < b->n; i++) {
-    fc_live_stats st;
-    fc_live_get_stats(b->s[i]->live, &st);
+    fc_sink_stats st;
+    fc_sink_get_stats(b->s[i]->out, &st);
     c->sent += st.frames_pushed - st.frames_dropped;
     c->dropped += st.frames_dropped;
-    c->bytes += st.bytes_sent;
+    c->bytes += st.bytes_out;
     c->encoded += st.frames_encoded;
     c->delay_us += st.encode_delay_us;
     c->enc_late += st.frames_encoded_late;
@@ -212,7 +212,7 @@ int fc_server_bench(const fc_server_params *p, int sessions, int talking, double
     fc_live *live = fc_live_create(&lp, NULL, NULL, NULL, &err);
     if (!live) goto done;
     g_mutex_lock(&b.s[i]->out_lock);
-    b.s[i]->live = live;
+    b.s[i]->out = fc_live_sink(live);
     g_mutex_unlock(&b.s[i]->out_lock);
   }
   top_up(&b);

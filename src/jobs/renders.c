@@ -39,15 +39,12 @@ typedef struct render {
   fc_avatar *avatar; /* referenced (fc_server_avatar_get) */
   char *path;        /* the MP4, named when the job starts */
   int64_t frames;
-  /* the running job's scheduler client (job thread only) */
-  fc_sched_client *client;
-  fc_sched_waiter wait;
+  fc_lipsync_client *lsc; /* the running job's bulk client of the lip-sync pool (job thread) */
 } render;
 
 static void free_render(fc_task *p) {
   render *r = (render *)p;
   if (r->path && r->srv->own_record_dir) remove(r->path); /* a temporary folder: goes too */
-  fc_sched_waiter_clear(&r->wait);
   if (r->avatar) fc_server_avatar_put(r->srv, r->avatar);
   g_free(r->text), g_free(r->voice), g_free(r->path);
   g_free(r);
@@ -59,20 +56,13 @@ static void forget_render(fc_task *p) {
   if (r->path) remove(r->path);
 }
 
-static void bulk_done(void *user, fc_sched_req *req, int status) {
-  fc_sched_waiter_done(&((render *)user)->wait, status);
-  (void)req;
-}
-
-/* The stream's lip-sync hook: the frames as bulk requests (deadlines a second out, 40 ms
- * apart: bulk work is ordered among itself, after every live request). */
+/* The stream's lip-sync hook: the pool's (bulk: deadlines a second out, so bulk work is
+ * ordered among itself, after every live frame), stopping at a cancel. */
 static int bulk_lipsync(void *user, const fc_lipsync_req *reqs, fc_patch *out,
                         const fc_frame_info *info, int n) {
   render *r = user;
-  (void)info;
   if (fc_task_canceled(&r->t)) return fc_error_set(FC_ECANCELED, "render %s canceled", r->t.id);
-  return fc_sched_waiter_run(&r->wait, r->client, reqs, out, n,
-                             fc_sched_now_ns() + 1000000000LL, 40000000);
+  return fc_lipsync_pool_hook(r->lsc, reqs, out, info, n);
 }
 
 static void on_progress(void *user, int64_t done, int64_t total) {
@@ -125,7 +115,7 @@ static int run_render(fc_server *srv, fc_task *base) {
   render *r = (render *)base;
   fc_stream *st = NULL;
   int err;
-  if (!srv->sched) /* benchmarks' solo servers have no scheduler to share */
+  if (!srv->pool) /* benchmarks' solo servers have no scheduler to share */
     return fc_error_set(FC_EUNSUPPORTED, "this server renders no files (no scheduler)");
   char *name = g_strdup_printf("render-%s.mp4", r->t.id);
   char *path = g_build_filename(srv->record_dir, name, NULL);
@@ -133,8 +123,8 @@ static int run_render(fc_server *srv, fc_task *base) {
   fc_tasks_lock(srv->render_tasks); /* read by /file and forget under the lock */
   r->path = path;
   fc_tasks_unlock(srv->render_tasks);
-  fc_sched_client_params cp = {.cls = FC_SCHED_BULK, .done = bulk_done, .user = r};
-  if (!(r->client = fc_sched_client_add(srv->sched, &cp, &err))) goto done;
+  fc_lipsync_client_params cp = {.cls = FC_SCHED_BULK};
+  if (!(r->lsc = fc_lipsync_client_add(srv->pool, &cp, &err))) goto done;
   /* The whole text waits in the stream (MAX_TEXT is about 25 minutes of speech). */
   fc_stream_params spar = {.avatar = r->avatar, .lipsync = srv->lipsync, .run = bulk_lipsync,
                            .run_user = r, .batch = BULK_BATCH,
@@ -146,8 +136,8 @@ static int run_render(fc_server *srv, fc_task *base) {
   err = fc_render_to_mp4(st, r->path, &mp, on_progress, r);
 done:
   fc_stream_destroy(st);
-  if (r->client) fc_sched_client_remove(r->client);
-  r->client = NULL;
+  fc_lipsync_client_remove(r->lsc);
+  r->lsc = NULL;
   return err;
 }
 
@@ -197,7 +187,6 @@ static void post_render(fc_server *srv, SoupServerMessage *msg) {
   render *r = g_new0(render, 1);
   r->srv = srv;
   r->text = g_strdup(v[0]), r->voice = g_strdup(v[1]), r->avatar = av;
-  fc_sched_waiter_init(&r->wait);
   fc_tasks_submit(srv->render_tasks, msg, &r->t, v[3], "render"); /* owns r now */
 out:
   g_object_unref(parser);

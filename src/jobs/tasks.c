@@ -114,7 +114,10 @@ void fc_tasks_submit(fc_tasks *ts, SoupServerMessage *msg, fc_task *t, const cha
   if (id) {
     snprintf(t->id, sizeof t->id, "%s", id);
   } else { /* the next number whose id no client has taken */
-    do snprintf(t->id, sizeof t->id, "%s-%u", prefix, ++ts->seq);
+    /* The prefix is cut to leave the number its room: a cut number would make the same id
+     * each time round, and this loop would never end (found by fuzzing, a 63-byte avatar id). */
+    const int room = (int)sizeof t->id - 12; /* '-', 10 digits, NUL */
+    do snprintf(t->id, sizeof t->id, "%.*s-%u", room, prefix, ++ts->seq);
     while (g_hash_table_contains(ts->jobs, t->id));
   }
   if (g_hash_table_contains(ts->jobs, t->id)) {

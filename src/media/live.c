@@ -165,6 +165,32 @@ static void teardown(fc_live *l) {
   l->webrtc = l->vsrc = l->asrc = NULL;
 }
 
+/* ---- as an output (sink.h) ---- */
+
+static int sink_push(void *self, const fc_sink_frame *f) {
+  return fc_live_push_delta(self, f->i420, f->delta, f->index, f->pcm, f->n_samples,
+                            f->first_sample);
+}
+
+static void sink_stats(void *self, fc_sink_stats *out) {
+  fc_live_stats ls;
+  fc_live_get_stats(self, &ls);
+  *out = (fc_sink_stats){.frames_pushed = ls.frames_pushed, .frames_dropped = ls.frames_dropped,
+                         .frames_encoded = ls.frames_encoded, .encode_delay_us = ls.encode_delay_us,
+                         .frames_encoded_late = ls.frames_encoded_late, .keyframes = ls.keyframes,
+                         .bytes_out = ls.bytes_sent};
+}
+
+static void sink_destroy(void *self) { fc_live_destroy(self); }
+
+/* No finish: a live output has nothing to complete; it stops when destroyed. */
+static const fc_sink_ops webrtc_sink_ops = {.kind = "webrtc", .push = sink_push,
+                                            .stats = sink_stats, .destroy = sink_destroy};
+static const fc_sink_ops null_sink_ops = {.kind = "null", .push = sink_push, .stats = sink_stats,
+                                          .destroy = sink_destroy};
+
+fc_sink *fc_live_sink(fc_live *l) { return l ? &l->sink : NULL; }
+
 /* ---- public API ---- */
 
 fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
@@ -243,6 +269,7 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
     goto fail;
   }
   l->sh = sh;
+  l->sink = (fc_sink){p.kind == FC_LIVE_WEBRTC ? &webrtc_sink_ops : &null_sink_ops, l};
   sh->refs = 1;
   g_mutex_init(&sh->cb_lock);
   g_mutex_init(&sh->lock);

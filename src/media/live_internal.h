@@ -17,6 +17,7 @@
 
 #include "media/gst_common.h"
 #include "media/sdp_offer.h"
+#include "media/sink.h"
 
 #include <stdatomic.h>
 
@@ -112,6 +113,7 @@ struct fc_live {
    * random phase spreads them; x264 counts its interval from the last key frame. */
   int64_t pictures, key_phase;
   int64_t next_sample;       /* the smallest audio sample accepted next */
+  fc_sink sink;              /* this output as a sink (sink.h) */
 };
 
 /* live.c: the shared state's references (the last one frees it). */

@@ -48,6 +48,7 @@
 
 #include "facecast/error.h"
 #include "media/gst_common.h"
+#include "media/sink.h"
 
 #include <gst/app/gstappsrc.h>
 #include <gst/audio/audio.h>
@@ -93,12 +94,39 @@ struct fc_mp4_writer {
   int64_t next_index;  /* the smallest video index accepted next */
   int64_t next_sample; /* the smallest audio sample accepted next */
   int64_t frames;      /* video frames pushed */
+  uint64_t sink_frames; /* frames pushed through the sink */
+  fc_sink sink;         /* this writer as an output (sink.h) */
   uint32_t aac_priming; /* encoder delay in samples, trimmed by an edit list; 0 = unknown */
 
   /* Written by the bus sync handler from streaming threads, read by the producer. */
   GMutex lock;
   fc_gst_first_error err; /* under lock */
 };
+
+/* ---- as an output (sink.h) ---- */
+
+/* A frame without a picture leaves the one before it up longer (mp4mux keeps each sample's
+ * duration); its audio goes in as usual. */
+static int sink_push(void *self, const fc_sink_frame *f) {
+  fc_mp4_writer *w = self;
+  int err = f->i420 ? fc_mp4_writer_push_video(w, f->i420, f->index) : FC_OK;
+  if (!err && f->n_samples) err = fc_mp4_writer_push_audio(w, f->pcm, f->n_samples, f->first_sample);
+  if (!err) __atomic_store_n(&w->sink_frames, w->sink_frames + 1, __ATOMIC_RELAXED);
+  return err;
+}
+
+static void sink_stats(void *self, fc_sink_stats *out) {
+  /* The pusher's own count: read from other threads without a lock, one aligned word. */
+  out->frames_pushed = __atomic_load_n(&((fc_mp4_writer *)self)->sink_frames, __ATOMIC_RELAXED);
+}
+
+static int sink_finish(void *self) { return fc_mp4_writer_finish(self); }
+static void sink_destroy(void *self) { fc_mp4_writer_destroy(self); }
+
+static const fc_sink_ops mp4_sink_ops = {.kind = "mp4", .push = sink_push, .stats = sink_stats,
+                                         .finish = sink_finish, .destroy = sink_destroy};
+
+fc_sink *fc_mp4_writer_sink(fc_mp4_writer *w) { return w ? &w->sink : NULL; }
 
 /* ---- errors ---- */
 
@@ -242,6 +270,7 @@ fc_mp4_writer *fc_mp4_writer_create(const char *path, const fc_mp4_params *param
     goto fail;
   }
   g_mutex_init(&w->lock);
+  w->sink = (fc_sink){&mp4_sink_ops, w};
   w->p = p;
   w->path = strdup(path);
   if (!w->path) {
@@ -321,8 +350,10 @@ fc_mp4_writer *fc_mp4_writer_create(const char *path, const fc_mp4_params *param
   }
   g_object_set(sink, "location", path, NULL);
   /* Its default tolerance (40 ms) would let exactly one skipped frame through unfilled; the
-   * caller's stamps are sample-exact, so anything over a millisecond is a real gap. */
-  g_object_set(arate, "tolerance", (guint64)GST_MSECOND, NULL);
+   * caller's stamps are sample-exact, so anything over a millisecond is a real gap. Gaps only:
+   * audio that starts after 0 (a caller numbering from its own clock) is not preceded by
+   * silence, as its video is not preceded by pictures. */
+  g_object_set(arate, "tolerance", (guint64)GST_MSECOND, "skip-to-first", TRUE, NULL);
 
   /* The encoded-video queue is bounded by time only: VIDEO_SKEW_SECONDS of H.264 is a few MB,
    * and it lets the caller push video that far ahead of its audio (see the design note). */

@@ -23,7 +23,9 @@
 
 #include "facecast/audio.h"
 #include "media/live.h"
+#include "media/sink.h"
 #include "sched/sched.h"
+#include "stream/lipsync_pool.h"
 #include "facecast/server.h"
 #include "facecast/stream.h"
 
@@ -66,24 +68,7 @@ typedef struct fc_session fc_session;
  * the sessions' encoders do not all wake in the same millisecond (pacer.c). */
 #define FC_PACER_PHASES 8
 
-/* A thread that submits lip-sync frames to the scheduler and waits for them (a session's
- * producing worker, a bulk render): fc_sched_waiter_done is the client's done callback's body
- * (scheduler thread), fc_sched_waiter_run submits n frames with deadlines first_due, +step, …
- * and waits until every accepted one is done; the first failure's detail (made on the
- * scheduler's thread) is set again on the caller's. */
-typedef struct fc_sched_waiter {
-  GMutex lock;
-  GCond cond;
-  int left, err;
-  char detail[200];
-} fc_sched_waiter;
-void fc_sched_waiter_init(fc_sched_waiter *w);
-void fc_sched_waiter_clear(fc_sched_waiter *w);
-void fc_sched_waiter_done(fc_sched_waiter *w, int status);
-int fc_sched_waiter_run(fc_sched_waiter *w, fc_sched_client *c, const fc_lipsync_req *reqs,
-                        fc_patch *out, int n, int64_t first_due, int64_t step);
-
-#define FC_SERVER_MAX_DEVICES 16
+#define FC_SERVER_MAX_DEVICES FC_LIPSYNC_POOL_MAX_DEVICES
 
 typedef struct fc_server {
   fc_server_params p;
@@ -99,22 +84,20 @@ typedef struct fc_server {
   GMutex avatar_lock;      /* avatar_cache */
   GHashTable *avatar_cache; /* pack id → struct fc_avatar_ref*: avatars sessions chose */
   fc_lipsync *lipsync;
-  /* The device scheduler: every session's lip-sync requests go through it, so the backend
-   * sees batches across sessions (and one call at a time). Its run callback copies a batch's
-   * requests and patches into these arrays (max batch long) and calls the backend. */
-  fc_sched *sched;           /* NULL with solo_batches: then solo_lock serialises backend calls */
+  /* Scheduled lip-sync (src/stream/lipsync_pool.h): every session's and render's frames go
+   * through it, so a backend sees batches across sessions (and one call at a time). NULL with
+   * solo_batches: then solo_lock serialises backend calls. sched is its scheduler (figures). */
+  fc_lipsync_pool *pool;
+  fc_sched *sched;
   GMutex solo_lock;
   uint64_t solo_calls, solo_frames;
   /* One backend per compute device ("--device cuda:0,cuda:1"); lipsync is devs[0]'s. The
-   * scheduler places each session on the least-loaded device; its run callback calls that
-   * device's backend through these arrays (max batch long). */
+   * pool places each session on the least-loaded device. */
   struct fc_server_device {
     fc_lipsync *ls;
     int gpu; /* N of "cuda[:N]", else -1 (for the benchmark's GPU readings) */
-    fc_lipsync_req *b_reqs;
-    fc_patch *b_patches;
   } devs[FC_SERVER_MAX_DEVICES];
-  int n_devs, b_cap;
+  int n_devs;
   int gpu; /* the lip-sync devices are GPUs: a frame costs a batch's round trip, not CPU work */
 
   struct fc_keys *keys;   /* --api-keys: control routes want a key; NULL: open server */
@@ -172,14 +155,13 @@ struct fc_session {
   int fill_queued;
   uint32_t pushed_utt; /* utterance whose first frame the pacer pushed and last not yet */
 
-  /* lip-sync through the scheduler: the pulling thread waits until its requests are done */
-  fc_sched_client *client;
-  fc_sched_waiter wait;
+  /* lip-sync through the pool: the pulling thread waits until its frames are done */
+  fc_lipsync_client *lsc;
 
   GMutex out_lock;
-  fc_live *live;
+  fc_sink *out; /* the viewer's output (a WebRTC peer; the benchmark's null output) */
   fc_recorder *rec;
-  int64_t rec_first; /* stream frame index of the recording's first frame */
+  int64_t rec_first; /* stream frame index of the recording's first frame; -1: none yet */
 
   /* Main loop only. */
   fc_live_state state;
@@ -232,21 +214,13 @@ void fc_session_add_sse(fc_session *s, SoupServerMessage *msg);
 /* Main loop: writes an event to the session's SSE clients. */
 void fc_session_send_sse(fc_session *s, const char *type, uint32_t utt);
 
-/* A lip-sync request's payload in the scheduler: the session's request and its patch. */
-typedef struct fc_lipsync_work {
-  const fc_lipsync_req *req;
-  fc_patch *patch;
-} fc_lipsync_work;
-/* The stream's run hook: submits a session's lip-sync requests to the scheduler and waits. */
-int fc_session_lipsync(void *session, const fc_lipsync_req *reqs, fc_patch *out,
-                       const fc_frame_info *info, int n);
 /* server.c: the avatar a session asked for — NULL, "", "default" or the server's own id: the
  * server's avatar; another id: that avatar's pack in fc_avatar_dir(), opened on first use and
  * shared by the sessions on it (FC_ENOTFOUND, FC_EFORMAT, ... otherwise). Any thread; opening a
  * pack reads it, so the caller may wait a moment. fc_server_avatar_put releases one. */
 fc_avatar *fc_server_avatar_get(fc_server *srv, const char *name, int *err);
 void fc_server_avatar_put(fc_server *srv, fc_avatar *av);
-/* server.c: starts the scheduler over srv->lipsync. */
+/* server.c: starts the lip-sync pool over the devices' backends. */
 int fc_server_sched_start(fc_server *srv);
 
 /* pacer.c */
@@ -291,8 +265,9 @@ void fc_recording_free(gpointer r);                                /* removes it
 
 /* recorder.c: MP4 recording fed by the pacer without ever blocking it. */
 fc_recorder *fc_recorder_start(const char *path, int w, int h, int *err);
-/* Copies a frame into the recorder's bounded queue; when full the frame is dropped (counted). */
-void fc_recorder_push(fc_recorder *r, const uint8_t *i420, const int16_t *pcm, int64_t index);
+/* The recording as an output: a push copies the frame into a bounded queue; when it is full
+ * the frame is dropped (counted). */
+fc_sink *fc_recorder_sink(fc_recorder *r);
 /* Stops the thread, finishes the file; returns 0 or an error. Frees r. Blocks: call it from a
  * worker. */
 int fc_recorder_finish(fc_recorder *r, char **path);

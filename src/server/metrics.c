@@ -71,9 +71,9 @@ void fc_metrics_render(fc_server *srv, GString *o, const char *owner) {
     r->infer_fps = FC_STAT_GET(s->infer_fps);
     r->final_fps = FC_STAT_GET(s->final_fps);
     /* The output's encoder (out_lock: the output may be going away). */
-    fc_live_stats ls = {0};
+    fc_sink_stats ls;
     g_mutex_lock(&s->out_lock);
-    if (s->live) fc_live_get_stats(s->live, &ls);
+    fc_sink_get_stats(s->out, &ls);
     g_mutex_unlock(&s->out_lock);
     r->encoder_delay_ms = ls.frames_encoded ? ls.encode_delay_us / 1000.0 / ls.frames_encoded : 0;
     r->pictures_late = ls.frames_encoded_late;

@@ -138,10 +138,18 @@ static void pace_one(fc_server *srv, fc_session *s, int64_t deadline) {
   if (fi.still && ++s->still_run % STILL_EVERY != 0) send = NULL;
   if (!fi.still) s->still_run = 0;
   if (g_mutex_trylock(&s->out_lock)) {
-    if (s->live && fc_live_push_delta(s->live, send, from_queue ? &held : NULL, fi.index, pcm,
-                                      FC_SAMPLES_PER_FRAME, fi.index * FC_SAMPLES_PER_FRAME))
-      FC_STAT_SET(s->dropped_frames, s->dropped_frames + 1);
-    if (s->rec) fc_recorder_push(s->rec, img, pcm, fi.index - s->rec_first);
+    const fc_sink_frame f = {.index = fi.index, .i420 = send, .delta = from_queue ? &held : NULL,
+                             .pcm = pcm, .n_samples = FC_SAMPLES_PER_FRAME,
+                             .first_sample = fi.index * FC_SAMPLES_PER_FRAME};
+    if (s->out && fc_sink_push(s->out, &f)) FC_STAT_SET(s->dropped_frames, s->dropped_frames + 1);
+    if (s->rec) { /* every picture, numbered from the recording's first frame */
+      if (s->rec_first < 0) s->rec_first = fi.index;
+      const int64_t k = fi.index - s->rec_first;
+      const fc_sink_frame rf = {.index = k, .i420 = img, .pcm = pcm,
+                                .n_samples = FC_SAMPLES_PER_FRAME,
+                                .first_sample = k * FC_SAMPLES_PER_FRAME};
+      fc_sink_push(fc_recorder_sink(s->rec), &rf); /* a full queue drops it (counted) */
+    }
     g_mutex_unlock(&s->out_lock);
   } else {
     FC_STAT_SET(s->dropped_frames, s->dropped_frames + 1); /* the output is being torn down */

@@ -145,7 +145,7 @@ static void start_session(fc_server *srv, SoupServerMessage *msg, const char *sd
     return;
   }
   g_mutex_lock(&s->out_lock);
-  s->live = live;
+  s->out = fc_live_sink(live); /* the session knows it only as an output from here on */
   g_mutex_unlock(&s->out_lock);
   s->connect_timer = g_timeout_add_seconds(30, connect_timeout, s);
   if (!srv->p.quiet)

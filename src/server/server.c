@@ -86,45 +86,16 @@ void fc_server_avatar_put(fc_server *srv, fc_avatar *av) {
   g_mutex_unlock(&srv->avatar_lock);
 }
 
-/* The scheduler's device: a batch of requests from any sessions, run as one backend call. */
-static int device_run(void *user, fc_sched_req *const *reqs, int n) {
-  struct fc_server_device *d = user;
-  for (int i = 0; i < n; i++) {
-    const fc_lipsync_work *w = reqs[i]->payload;
-    d->b_reqs[i] = *w->req;
-    d->b_patches[i] = *w->patch; /* the session's buffers; the backend fills them */
-  }
-  int err = fc_lipsync_run(d->ls, d->b_reqs, d->b_patches, n);
-  for (int i = 0; i < n && !err; i++) {
-    const fc_lipsync_work *w = reqs[i]->payload;
-    *w->patch = d->b_patches[i];
-  }
-  return err;
-}
-
-/* The headroom rule's probe: the device backend's memory (GPUs; CPU backends have none). */
-static int device_memory(void *user, double *frac) {
-  struct fc_server_device *d = user;
-  return fc_lipsync_memory_used(d->ls, frac);
-}
-
 int fc_server_sched_start(fc_server *srv) {
+  fc_lipsync *ls[FC_SERVER_MAX_DEVICES];
+  for (int k = 0; k < srv->n_devs; k++) ls[k] = srv->devs[k].ls;
   /* A GPU backend gains from batches across sessions; the CPU backends cost per frame, so
    * their batches stay as large as the sessions make them without waiting for others. */
-  int gpu = srv->gpu;
-  srv->b_cap = gpu ? 128 : 16;
-  fc_sched_device dev[FC_SERVER_MAX_DEVICES];
-  for (int k = 0; k < srv->n_devs; k++) {
-    srv->devs[k].b_reqs = g_new0(fc_lipsync_req, srv->b_cap);
-    srv->devs[k].b_patches = g_new0(fc_patch, srv->b_cap);
-    dev[k] = (fc_sched_device){.user = &srv->devs[k], .run = device_run,
-                               .mem_used_fraction = gpu ? device_memory : NULL};
-  }
-  fc_sched_params sp = {.devices = dev, .n_devices = srv->n_devs, .max_batch = srv->b_cap,
-                        .queue_cap = 4 * srv->b_cap > 256 ? 4 * srv->b_cap : 256,
-                        .client_queue = 16, .gather_ms = gpu ? 2 : -1};
+  fc_lipsync_pool_params pp = {.backends = ls, .n_backends = srv->n_devs,
+                               .max_batch = srv->gpu ? 128 : 16, .gather_ms = srv->gpu ? 2 : -1};
   int err;
-  if (!(srv->sched = fc_sched_create(&sp, &err))) return err;
+  if (!(srv->pool = fc_lipsync_pool_create(&pp, &err))) return err;
+  srv->sched = fc_lipsync_pool_sched(srv->pool);
   return FC_OK;
 }
 
@@ -340,13 +311,9 @@ void fc_server_destroy(fc_server *srv) {
   }
   if (srv->record_lock >= 0) close(srv->record_lock);
   if (srv->sessions) g_hash_table_destroy(srv->sessions);
-  fc_sched_destroy(srv->sched); /* the sessions (its clients) are gone */
+  fc_lipsync_pool_destroy(srv->pool); /* the sessions and renders (its clients) are gone */
   g_mutex_clear(&srv->solo_lock);
-  for (int k = 0; k < srv->n_devs; k++) {
-    g_free(srv->devs[k].b_reqs);
-    g_free(srv->devs[k].b_patches);
-    fc_lipsync_destroy(srv->devs[k].ls);
-  }
+  for (int k = 0; k < srv->n_devs; k++) fc_lipsync_destroy(srv->devs[k].ls);
   if (srv->avatar_cache) g_hash_table_destroy(srv->avatar_cache); /* sessions are gone */
   g_mutex_clear(&srv->avatar_lock);
   g_mutex_clear(&srv->stat_lock);

@@ -9,61 +9,15 @@
 #include <string.h>
 #include <sys/random.h>
 
-void fc_sched_waiter_init(fc_sched_waiter *w) {
-  g_mutex_init(&w->lock);
-  g_cond_init(&w->cond);
-  w->left = w->err = 0;
-}
-
-void fc_sched_waiter_clear(fc_sched_waiter *w) {
-  g_mutex_clear(&w->lock);
-  g_cond_clear(&w->cond);
-}
-
-void fc_sched_waiter_done(fc_sched_waiter *w, int status) {
-  g_mutex_lock(&w->lock);
-  if (status && !w->err) {
-    w->err = status;
-    snprintf(w->detail, sizeof w->detail, "%s", fc_error_detail(status));
-  }
-  w->left--;
-  g_cond_broadcast(&w->cond);
-  g_mutex_unlock(&w->lock);
-}
-
-int fc_sched_waiter_run(fc_sched_waiter *w, fc_sched_client *c, const fc_lipsync_req *reqs,
-                        fc_patch *out, int n, int64_t first_due, int64_t step) {
-  fc_lipsync_work work[16];
-  if (n > 16) return fc_error_set(FC_EINVAL, "lip-sync batches through the scheduler are at most 16 frames");
-  g_mutex_lock(&w->lock);
-  w->left = 0, w->err = 0;
-  int err = 0;
-  for (int i = 0; i < n && !err; i++) {
-    work[i] = (fc_lipsync_work){&reqs[i], &out[i]};
-    if (!(err = fc_sched_submit(c, first_due + i * step, &work[i]))) w->left++;
-  }
-  while (w->left > 0) g_cond_wait(&w->cond, &w->lock);
-  if (!err && w->err) err = fc_error_set(w->err, "%s", w->detail);
-  g_mutex_unlock(&w->lock);
-  return err;
-}
-
-static void lipsync_done(void *user, fc_sched_req *req, int status) {
-  fc_sched_waiter_done(&((fc_session *)user)->wait, status);
-  (void)req;
-}
-
-int fc_session_lipsync(void *session, const fc_lipsync_req *reqs, fc_patch *out,
-                       const fc_frame_info *info, int n) {
-  fc_session *s = session;
-  /* Deadlines: the frame after the ones already waiting for the pacer, 40 ms apart. An
-   * approximation of the pacer's clock, good enough to order sessions by urgency. */
+/* The pool's deadline for a session's next lip-sync call: the frame after the ones already
+ * waiting for the pacer, 40 ms apart. An approximation of the pacer's clock, good enough to
+ * order sessions by urgency. */
+static int64_t first_due(void *user) {
+  fc_session *s = user;
   g_mutex_lock(&s->q_lock);
   int ahead = s->r_count;
   g_mutex_unlock(&s->q_lock);
-  (void)info;
-  return fc_sched_waiter_run(&s->wait, s->client, reqs, out, n,
-                             fc_sched_now_ns() + (int64_t)(ahead + 1) * 40000000, 40000000);
+  return fc_sched_now_ns() + (int64_t)(ahead + 1) * 40000000;
 }
 
 /* Without the scheduler (benchmarks' solo_batches): the session's own batch, one backend call
@@ -123,19 +77,18 @@ fc_session *fc_session_new(fc_server *srv, fc_avatar *av, const char *owner, int
   g_mutex_init(&s->q_lock);
   g_mutex_init(&s->out_lock);
   s->state = FC_LIVE_CONNECTING;
-  fc_sched_waiter_init(&s->wait);
-  fc_sched_client_params cp = {.cls = FC_SCHED_LIVE, .done = lipsync_done, .user = s};
-  if (srv->sched && !(s->client = fc_sched_client_add(srv->sched, &cp, err))) goto fail;
+  fc_lipsync_client_params cp = {.cls = FC_SCHED_LIVE, .first_due = first_due, .user = s};
+  if (srv->pool && !(s->lsc = fc_lipsync_client_add(srv->pool, &cp, err))) goto fail;
   fc_stream_params sp = {.avatar = av,
                          .lipsync = srv->lipsync,
-                         .run = srv->sched ? fc_session_lipsync : solo_lipsync,
-                         .run_user = s,
+                         .run = srv->pool ? fc_lipsync_pool_hook : solo_lipsync,
+                         .run_user = srv->pool ? (void *)s->lsc : (void *)s,
                          /* On the CPU one frame per lip-sync call: the pacer's fallback (a
                           * frame the workers have not made yet) then costs one frame, not a
                           * batch; batching across sessions is the device scheduler's job. On
                           * a GPU a call is a round trip through a batch whatever its size, so
                           * a worker asks for a ready queue's worth at once. */
-                         .batch = !srv->sched ? 16 : srv->gpu ? FC_READY_FRAMES : 1,
+                         .batch = !srv->pool ? 16 : srv->gpu ? FC_READY_FRAMES : 1,
                          .max_pending = (size_t)120 * FC_SAMPLE_RATE};
   if (!(s->stream = fc_stream_create(&sp, err))) goto fail;
   size_t fsz = (size_t)fc_avatar_width(av) * fc_avatar_height(av) * 3 / 2;
@@ -185,8 +138,7 @@ void fc_session_unref(fc_session *s) {
   /* The last reference: nobody can reach the session any more. The output and recorder were
    * stopped by fc_session_close (or never started). */
   fc_stream_destroy(s->stream);
-  if (s->client) fc_sched_client_remove(s->client); /* nothing of ours is queued by now */
-  fc_sched_waiter_clear(&s->wait);
+  fc_lipsync_client_remove(s->lsc); /* nothing of ours is queued by now */
   for (int i = 0; i < FC_READY_FRAMES; i++) free(s->ready[i].i420);
   fc_server_avatar_put(s->srv, s->avatar);
   g_mutex_clear(&s->lock);
@@ -391,9 +343,9 @@ void fc_session_close(fc_session *s, const char *why) {
     /* Its counters join the closed sessions' in the same critical section as it leaves the
      * table, so a scrape sees them in one place or the other (frames after this are not
      * counted). Lock order as in /metrics: srv->lock, then out_lock. */
-    fc_live_stats ls = {0};
+    fc_sink_stats ls;
     g_mutex_lock(&s->out_lock);
-    if (s->live) fc_live_get_stats(s->live, &ls);
+    fc_sink_get_stats(s->out, &ls);
     g_mutex_unlock(&s->out_lock);
     srv->closed_infer += FC_STAT_GET(s->infer_frames);
     srv->closed_dropped += FC_STAT_GET(s->dropped_frames);
@@ -430,12 +382,12 @@ void fc_session_close(fc_session *s, const char *why) {
     g_object_unref(c);
   }
   g_mutex_lock(&s->out_lock);
-  fc_live *live = s->live;
+  fc_sink *out = s->out;
   fc_recorder *rec = s->rec;
-  s->live = NULL;
+  s->out = NULL;
   s->rec = NULL;
   g_mutex_unlock(&s->out_lock);
-  fc_live_destroy(live);
+  fc_sink_destroy(out);
   /* A session's pipeline frees a few megabytes in many small blocks; hand them back to the
    * system now, so the resident size tracks the sessions that are open. */
   malloc_trim(0);

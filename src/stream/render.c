@@ -1,11 +1,13 @@
-/* Offline render loop: stream frames → MP4 writer (see render.h).
- * The file is written as <path>.part and renamed into place only when complete. The writer stamps every buffer
- * from the frame index and the sample count, so the file's audio and video share one clock. */
+/* Offline render loop: stream frames → the MP4 writer, as an output (see render.h, media/sink.h).
+ * The file is written as <path>.part and renamed into place only when complete. The writer stamps
+ * every buffer from the frame index and the sample count, so the file's audio and video share one
+ * clock. */
 #include "facecast/audio.h"
 #include "facecast/error.h"
 #include "facecast/render.h"
 
 #include "core/stale.h"
+#include "media/sink.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -41,6 +43,7 @@ int fc_render_to_mp4(fc_stream *s, const char *path, const fc_mp4_params *mp4,
     free(tmp);
     return err;
   }
+  fc_sink *out = fc_mp4_writer_sink(w); /* the file, as an output (media/sink.h) */
   int64_t total = fc_stream_frames_total(s);
   for (;;) {
     fc_frame_info fi;
@@ -56,14 +59,14 @@ int fc_render_to_mp4(fc_stream *s, const char *path, const fc_mp4_params *mp4,
       break;
     }
     if (err) break;
-    if ((err = fc_mp4_writer_push_video(w, img, fi.index)) ||
-        (err = fc_mp4_writer_push_audio(w, pcm, FC_SAMPLES_PER_FRAME,
-                                        fi.index * FC_SAMPLES_PER_FRAME)))
-      break;
+    const fc_sink_frame f = {.index = fi.index, .i420 = img, .pcm = pcm,
+                             .n_samples = FC_SAMPLES_PER_FRAME,
+                             .first_sample = fi.index * FC_SAMPLES_PER_FRAME};
+    if ((err = fc_sink_push(out, &f))) break;
     if (progress) progress(user, fi.index + 1, total);
   }
-  if (!err) err = fc_mp4_writer_finish(w);
-  fc_mp4_writer_destroy(w); /* removes the file unless finish succeeded */
+  if (!err) err = fc_sink_finish(out);
+  fc_sink_destroy(out); /* removes the file unless finish succeeded */
   if (!err && rename(tmp, path) != 0) {
     remove(tmp);
     err = fc_error_set(FC_EIO, "%s: cannot write the output file", path);

@@ -262,6 +262,18 @@ def server_paths(port_open, data_dir):
         check(st == 200, "overwrite: true replaces it")
         if st == 200:
             A.wait_task(c, js["data"]["task_id"])
+        # the task ids made from a long avatar id stay distinct (the fuzzer found the main loop
+        # spinning on a truncated id that was taken)
+        ids = []
+        for k in range(3):  # 63-character ids that differ only at their end
+            st, js, _, _ = c.post("/api/avatar/task", {"avatar_id": "L" * 62 + str(k),
+                                                       "image_path": media + "/face.png"})
+            ids.append(js["data"]["task_id"] if st == 200 else (st, js))
+        check(None not in ids and len(set(ids)) == 3 and all(len(i) < 64 for i in ids),
+              f"tasks of a 63-character avatar id: distinct task ids ({ids})")
+        for i in ids:
+            if i:
+                A.wait_task(c, i)
         # SIGTERM while a task is queued behind a running one: the server still exits
         c.post("/api/avatar/task", {"avatar_id": "t1", "image_path": media + "/face.png"})
         c.post("/api/avatar/task", {"avatar_id": "t2", "image_path": media + "/face.png"})

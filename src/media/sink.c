@@ -1,0 +1,178 @@
+/* Outputs behind one interface (sink.h): the calls, and the queued sink, a bounded ring and a
+ * thread in front of another sink. */
+#include "media/sink.h"
+
+#include "facecast/error.h"
+
+#include <glib.h>
+#include <stdlib.h>
+#include <string.h>
+
+int fc_sink_push(fc_sink *s, const fc_sink_frame *f) {
+  if (!s || !f) return fc_error_set(FC_EINVAL, "fc_sink_push: no sink or frame");
+  return s->ops->push(s->self, f);
+}
+
+void fc_sink_get_stats(fc_sink *s, fc_sink_stats *out) {
+  memset(out, 0, sizeof *out);
+  if (s) s->ops->stats(s->self, out);
+}
+
+int fc_sink_finish(fc_sink *s) {
+  if (!s) return fc_error_set(FC_EINVAL, "fc_sink_finish: no sink");
+  return s->ops->finish ? s->ops->finish(s->self) : FC_OK;
+}
+
+void fc_sink_destroy(fc_sink *s) {
+  if (s) s->ops->destroy(s->self);
+}
+
+const char *fc_sink_kind(const fc_sink *s) { return s ? s->ops->kind : "none"; }
+
+/* ---- the queued sink ---------------------------------------------------------------------- */
+
+typedef struct slot {
+  uint8_t *i420; /* the picture, when has_pic */
+  int16_t *pcm;
+  int has_pic;
+  fc_sink_frame f; /* pointers into the slot's own buffers */
+} slot;
+
+typedef struct queued {
+  fc_sink sink;
+  fc_sink *inner;
+  size_t pic_bytes, max_samples;
+  int depth;
+  slot *slots;
+  GMutex lock; /* the ring, stop, err, the counters */
+  GCond cond;
+  int head, count, stop, err;
+  uint64_t pushed, dropped;
+  GThread *thread;
+} queued;
+
+static gpointer q_main(gpointer data) {
+  queued *q = data;
+  g_mutex_lock(&q->lock);
+  for (;;) {
+    while (!q->count && !q->stop) g_cond_wait(&q->cond, &q->lock);
+    if (!q->count) break; /* stopping and drained */
+    slot *sl = &q->slots[q->head];
+    const int failed = q->err;
+    g_mutex_unlock(&q->lock);
+    /* The inner sink may block (an encoder catching up): never under the lock, which the
+     * pusher takes for every frame. */
+    int err = failed ? failed : fc_sink_push(q->inner, &sl->f);
+    g_mutex_lock(&q->lock);
+    if (err && !q->err) q->err = err;
+    q->head = (q->head + 1) % q->depth;
+    q->count--;
+  }
+  g_mutex_unlock(&q->lock);
+  return NULL;
+}
+
+static int q_push(void *self, const fc_sink_frame *f) {
+  queued *q = self;
+  if (f->n_samples > q->max_samples || (f->n_samples && !f->pcm))
+    return fc_error_set(FC_EINVAL, "queued output: %zu samples in a frame (at most %zu)",
+                        f->n_samples, q->max_samples);
+  g_mutex_lock(&q->lock);
+  q->pushed++;
+  if (q->count == q->depth || q->stop) {
+    q->dropped++;
+  } else {
+    /* Copying under the lock is fine: the thread never holds it while pushing on. */
+    slot *sl = &q->slots[(q->head + q->count) % q->depth];
+    sl->has_pic = f->i420 != NULL;
+    if (sl->has_pic) memcpy(sl->i420, f->i420, q->pic_bytes);
+    if (f->n_samples) memcpy(sl->pcm, f->pcm, f->n_samples * sizeof *sl->pcm);
+    sl->f = (fc_sink_frame){.index = f->index, .i420 = sl->has_pic ? sl->i420 : NULL,
+                            .pcm = sl->pcm, .n_samples = f->n_samples,
+                            .first_sample = f->first_sample};
+    q->count++;
+    g_cond_signal(&q->cond);
+  }
+  g_mutex_unlock(&q->lock);
+  return FC_OK;
+}
+
+static void q_stats(void *self, fc_sink_stats *out) {
+  queued *q = self;
+  fc_sink_get_stats(q->inner, out); /* its own lock: any thread */
+  g_mutex_lock(&q->lock);
+  out->frames_dropped += q->dropped;
+  out->frames_pushed = q->pushed;
+  g_mutex_unlock(&q->lock);
+}
+
+/* Lets the thread drain the ring and stop (once). */
+static void q_stop(queued *q) {
+  if (!q->thread) return;
+  g_mutex_lock(&q->lock);
+  q->stop = 1;
+  g_cond_signal(&q->cond);
+  g_mutex_unlock(&q->lock);
+  g_thread_join(q->thread);
+  q->thread = NULL;
+}
+
+static int q_finish(void *self) {
+  queued *q = self;
+  q_stop(q);
+  return q->err ? q->err : fc_sink_finish(q->inner);
+}
+
+static void q_destroy(void *self) {
+  queued *q = self;
+  if (!q) return;
+  q_stop(q);
+  fc_sink_destroy(q->inner);
+  for (int i = 0; q->slots && i < q->depth; i++) free(q->slots[i].i420), free(q->slots[i].pcm);
+  free(q->slots);
+  g_mutex_clear(&q->lock);
+  g_cond_clear(&q->cond);
+  free(q);
+}
+
+static const fc_sink_ops queued_ops = {.kind = "queued", .push = q_push, .stats = q_stats,
+                                       .finish = q_finish, .destroy = q_destroy};
+
+fc_sink *fc_sink_queued_create(fc_sink *inner, int width, int height, size_t max_samples, int depth,
+                               int *err) {
+  if (!inner || width <= 0 || height <= 0 || (width | height) & 1 || depth < 1) {
+    fc_sink_destroy(inner);
+    *err = fc_error_set(FC_EINVAL, "queued output: a sink, even sides and a depth of 1 or more");
+    return NULL;
+  }
+  queued *q = calloc(1, sizeof *q);
+  if (!q) {
+    fc_sink_destroy(inner);
+    *err = fc_error_set(FC_ENOMEM, "queued output: out of memory");
+    return NULL;
+  }
+  q->sink = (fc_sink){&queued_ops, q};
+  q->inner = inner;
+  q->pic_bytes = (size_t)width * height * 3 / 2;
+  q->max_samples = max_samples;
+  q->depth = depth;
+  g_mutex_init(&q->lock);
+  g_cond_init(&q->cond);
+  if (!(q->slots = calloc((size_t)depth, sizeof *q->slots))) goto oom;
+  for (int i = 0; i < depth; i++)
+    if (!(q->slots[i].i420 = malloc(q->pic_bytes)) ||
+        !(q->slots[i].pcm = malloc((max_samples ? max_samples : 1) * sizeof(int16_t))))
+      goto oom;
+  GError *e = NULL;
+  if (!(q->thread = g_thread_try_new("fc-sink-queue", q_main, q, &e))) {
+    *err = fc_error_set(FC_ENOMEM, "queued output: cannot start a thread: %s", e->message);
+    g_error_free(e);
+    q_destroy(q);
+    return NULL;
+  }
+  return &q->sink;
+oom:
+  q_destroy(q);
+  *err = fc_error_set(FC_ENOMEM, "queued output: out of memory");
+  return NULL;
+}

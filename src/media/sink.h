@@ -1,0 +1,82 @@
+/* Outputs behind one interface: where a stream's frames go — a viewer over WebRTC, an MP4 file,
+ * nothing but the encoders (benchmarks), and next RTMP, WHIP and WebSocket. The pacer, the
+ * session recorder and the offline render push to whichever they hold the same way; a new
+ * output is one ops table (ggml's backends, FFmpeg's muxers), not a change in each of them.
+ *
+ * A frame is one picture and its audio on one clock: frame `index` shows at index/fps and its
+ * n_samples start at first_sample (a session's frames are index × 640 at 16 kHz). Indices and
+ * samples only grow; a gap (a frame not pushed) is the picture before it shown longer and, in
+ * a file, silence.
+ *
+ * Ownership. An output embeds its fc_sink and hands out a pointer to it (fc_live_sink,
+ * fc_mp4_writer_sink); the sink lives as long as the output, and fc_sink_destroy destroys the
+ * output (its own destroy does the same). fc_sink_queued_create wraps a sink, taking it over.
+ *
+ * Threads. push, finish and destroy from one thread at a time (the pusher's), finish and
+ * destroy after the last push; stats from any thread. */
+#ifndef FC_MEDIA_SINK_H
+#define FC_MEDIA_SINK_H
+
+#include "facecast/picture.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct fc_sink_frame {
+  int64_t index;
+  const uint8_t *i420;        /* width×height I420, contiguous; NULL: the picture before stands */
+  const fc_i420_delta *delta; /* what i420 holds against a still base (picture.h), or NULL */
+  const int16_t *pcm;         /* the frame's audio: mono, the output's rate */
+  size_t n_samples;
+  int64_t first_sample;
+} fc_sink_frame;
+
+typedef struct fc_sink_stats {
+  uint64_t frames_pushed;  /* frames given to push */
+  uint64_t frames_dropped; /* of them, not output (a full queue; a connection not up yet) */
+  /* The video encoder's figures, where the output has one it can read (else 0): pictures
+   * encoded, their summed delay after their push (µs), those more than a frame period late,
+   * key frames; encoded bytes out. */
+  uint64_t frames_encoded, encode_delay_us, frames_encoded_late, keyframes, bytes_out;
+} fc_sink_stats;
+
+typedef struct fc_sink_ops {
+  const char *kind; /* "webrtc", "null", "mp4", "queued" */
+  /* Takes a frame: 0 (also when the output's own policy drops it: counted in its stats), or
+   * an FC_E* error (FC_EMEDIA after a pipeline error, FC_EIO, FC_EINVAL). */
+  int (*push)(void *self, const fc_sink_frame *f);
+  void (*stats)(void *self, fc_sink_stats *out); /* out zeroed by the caller */
+  /* Optional: completes the output (a file's index); 0 or an error. */
+  int (*finish)(void *self);
+  void (*destroy)(void *self);
+} fc_sink_ops;
+
+typedef struct fc_sink {
+  const fc_sink_ops *ops;
+  void *self;
+} fc_sink;
+
+int fc_sink_push(fc_sink *s, const fc_sink_frame *f);
+void fc_sink_get_stats(fc_sink *s, fc_sink_stats *out);
+int fc_sink_finish(fc_sink *s);
+/* NULL is a no-op. */
+void fc_sink_destroy(fc_sink *s);
+const char *fc_sink_kind(const fc_sink *s);
+
+/* The outputs' own sinks (see Ownership). */
+struct fc_live;
+struct fc_mp4_writer;
+fc_sink *fc_live_sink(struct fc_live *l);
+fc_sink *fc_mp4_writer_sink(struct fc_mp4_writer *w);
+
+/* A sink that never makes its pusher wait: frames are copied into a ring of `depth` (made at
+ * create) and pushed to `inner` by its own thread. When the ring is full the new frame is
+ * dropped and counted (what a live session's recording does when its encoder falls behind,
+ * rather than stall the session). Pictures are width×height I420, audio at most max_samples
+ * per frame; the delta is not carried (its base need not outlive the push). An error of
+ * inner's stops the pushing and comes back from finish. Takes inner over, also on failure;
+ * NULL and *err (FC_EINVAL, FC_ENOMEM) on failure. */
+fc_sink *fc_sink_queued_create(fc_sink *inner, int width, int height, size_t max_samples, int depth,
+                               int *err);
+
+#endif
