@@ -3,6 +3,8 @@
 
 #include "facecast/error.h"
 
+#include <gst/audio/audio.h>
+
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -153,6 +155,24 @@ int fc_gst_report_recorded(GMutex *lock, const fc_gst_first_error *fe, int as_co
   g_mutex_unlock(lock);
   if (!code) return 0;
   return fc_error_set(as_code ? as_code : code, "%s", msg);
+}
+
+int fc_gst_raw_caps(int w, int h, int fps, int rate, const char *context, GstVideoInfo *vinfo,
+                    GstCaps **vcaps, GstCaps **acaps) {
+  gst_video_info_init(vinfo);
+  if (!gst_video_info_set_format(vinfo, GST_VIDEO_FORMAT_I420, (guint)w, (guint)h))
+    return fc_error_set(FC_EMEDIA, "%s: GStreamer rejected video size %dx%d", context, w, h);
+  GST_VIDEO_INFO_FPS_N(vinfo) = fps;
+  GST_VIDEO_INFO_FPS_D(vinfo) = 1;
+  GST_VIDEO_INFO_PAR_N(vinfo) = 1;
+  GST_VIDEO_INFO_PAR_D(vinfo) = 1;
+  *vcaps = gst_video_info_to_caps(vinfo);
+  GstAudioInfo ainfo;
+  gst_audio_info_init(&ainfo);
+  gst_audio_info_set_format(&ainfo, GST_AUDIO_FORMAT_S16LE, rate, 1, NULL);
+  *acaps = gst_audio_info_to_caps(&ainfo);
+  if (!*vcaps || !*acaps) return fc_error_set(FC_EMEDIA, "%s: could not build stream caps", context);
+  return FC_OK;
 }
 
 int fc_gst_fill_i420(GstBuffer *buf, const GstVideoInfo *info, const uint8_t *i420) {

@@ -55,6 +55,13 @@ GstBufferPool *fc_gst_make_pool(GstCaps *caps, guint size, guint min_buffers);
 /* Deactivates and drops *pool if there is one and sets it to NULL. */
 void fc_gst_release_pool(GstBufferPool **pool);
 
+/* The raw inputs both pipelines take from their producer: I420 w×h at fps/1 with square
+ * pixels (*vinfo says how push lays a picture out) and S16LE mono at rate. 0, or FC_EMEDIA
+ * with a detail that starts with context; *vcaps and *acaps are the caller's (either may be
+ * set when the other failed). */
+int fc_gst_raw_caps(int w, int h, int fps, int rate, const char *context, GstVideoInfo *vinfo,
+                    GstCaps **vcaps, GstCaps **acaps);
+
 /* Copies packed I420 (Y w×h, then U and V (w/2)×(h/2)) into buf laid out as info says
  * (GStreamer pads rows to multiples of 4). Returns 0, or -1 when buf cannot be mapped. */
 int fc_gst_fill_i420(GstBuffer *buf, const GstVideoInfo *info, const uint8_t *i420);

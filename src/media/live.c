@@ -333,22 +333,9 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
   }
 
   /* Raw inputs. */
-  gst_video_info_init(&l->vinfo);
-  if (!gst_video_info_set_format(&l->vinfo, GST_VIDEO_FORMAT_I420, (guint)p.width,
-                                 (guint)p.height)) {
-    rc = fc_error_set(FC_EMEDIA, "live output: GStreamer rejected video size %dx%d", p.width,
-                      p.height);
+  if ((rc = fc_gst_raw_caps(p.width, p.height, p.fps, p.sample_rate, "live output", &l->vinfo,
+                            &vcaps, &acaps)))
     goto fail;
-  }
-  GST_VIDEO_INFO_FPS_N(&l->vinfo) = p.fps;
-  GST_VIDEO_INFO_FPS_D(&l->vinfo) = 1;
-  GST_VIDEO_INFO_PAR_N(&l->vinfo) = 1;
-  GST_VIDEO_INFO_PAR_D(&l->vinfo) = 1;
-  vcaps = gst_video_info_to_caps(&l->vinfo);
-  GstAudioInfo ainfo;
-  gst_audio_info_init(&ainfo);
-  gst_audio_info_set_format(&ainfo, GST_AUDIO_FORMAT_S16LE, p.sample_rate, 1, NULL);
-  acaps = gst_audio_info_to_caps(&ainfo);
   h264caps =
       gst_caps_new_simple("video/x-h264", "profile", G_TYPE_STRING, "constrained-baseline", NULL);
   vrtp = lv_rtp_caps(1, ch.video_pt);

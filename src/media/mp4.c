@@ -304,27 +304,9 @@ fc_mp4_writer *fc_mp4_writer_create(const char *path, const fc_mp4_params *param
     goto fail;
 
   /* Video input: the caps fix the stride layout that push_video writes into. */
-  gst_video_info_init(&w->vinfo);
-  if (!gst_video_info_set_format(&w->vinfo, GST_VIDEO_FORMAT_I420, (guint)p.width,
-                                 (guint)p.height)) {
-    rc = fc_error_set(FC_EMEDIA, "%s: GStreamer rejected video size %dx%d", path, p.width,
-                      p.height);
+  if ((rc = fc_gst_raw_caps(p.width, p.height, p.fps, p.sample_rate, path, &w->vinfo, &vcaps,
+                            &acaps)))
     goto fail;
-  }
-  GST_VIDEO_INFO_FPS_N(&w->vinfo) = p.fps;
-  GST_VIDEO_INFO_FPS_D(&w->vinfo) = 1;
-  GST_VIDEO_INFO_PAR_N(&w->vinfo) = 1;
-  GST_VIDEO_INFO_PAR_D(&w->vinfo) = 1;
-  vcaps = gst_video_info_to_caps(&w->vinfo);
-
-  GstAudioInfo ainfo;
-  gst_audio_info_init(&ainfo);
-  gst_audio_info_set_format(&ainfo, GST_AUDIO_FORMAT_S16LE, p.sample_rate, 1, NULL);
-  acaps = gst_audio_info_to_caps(&ainfo);
-  if (!vcaps || !acaps) {
-    rc = fc_error_set(FC_EMEDIA, "%s: could not build stream caps", path);
-    goto fail;
-  }
 
   const guint64 frame_bytes = GST_VIDEO_INFO_SIZE(&w->vinfo);
   /* emit-signals off: nobody listens, and signal emission per push is not free. */
