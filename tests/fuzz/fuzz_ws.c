@@ -4,6 +4,7 @@
 #include "fuzz.h"
 #include "harness.h"
 
+#include <errno.h>
 #include <poll.h>
 #include <stdio.h>
 #include <sys/socket.h>
@@ -30,6 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     struct pollfd pf = {fd, POLLIN, 0};
     if (poll(&pf, 1, 1) > 0) {
       ssize_t r = recv(fd, buf + got, sizeof buf - got, 0);
+      if (r < 0 && errno == EINTR) continue; /* libFuzzer's SIGALRM */
       if (r <= 0) break;
       got += (size_t)r;
     }

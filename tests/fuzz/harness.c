@@ -60,7 +60,8 @@ int fc_fuzz_connect(void) {
     if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) return fd;
     e = errno;
     close(fd);
-    if (e != EADDRNOTAVAIL && e != EAGAIN && e != ECONNREFUSED) break;
+    /* EINTR: libFuzzer's -timeout ticks SIGALRM every second; a fresh socket is simplest */
+    if (e != EADDRNOTAVAIL && e != EAGAIN && e != ECONNREFUSED && e != EINTR) break;
     fc_fuzz_pump(50); /* the server's loop goes on meanwhile */
   }
   fprintf(stderr, "fuzz: cannot connect to the server: %s\n", g_strerror(e));
@@ -80,7 +81,7 @@ static int send_all(int fd, const void *p, size_t n) {
     ssize_t w = send(fd, c, n, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w > 0) {
       c += w, n -= (size_t)w;
-    } else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+    } else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
       return -1;
     } else {
       fc_fuzz_pump(0);
@@ -104,6 +105,7 @@ static int read_answer(int fd, int *closed) {
     if (poll(&pf, 1, 1) <= 0) continue;
     char buf[65536];
     ssize_t r = recv(fd, buf, sizeof buf, 0);
+    if (r < 0 && errno == EINTR) continue;
     if (r <= 0) {
       *closed = 1;
       break;
