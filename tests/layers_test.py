@@ -16,8 +16,8 @@ LAYERS = [
     ["lipsync", "compose", "studio"],
     ["sched"],
     ["stream"],
-    ["server", "jobs", "bench"],
-    ["cli"],
+    ["server", "jobs"],
+    ["cli", "bench"],
 ]
 PEERS_MAY_CYCLE = {frozenset(("server", "jobs"))}
 PUBLIC = {"error.h": "core", "picture.h": "core", "audio.h": "audio", "tts.h": "speech",
