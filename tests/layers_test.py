@@ -12,7 +12,7 @@ ROOT = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.pat
 # Lower layers first; a module may include its own layer's and lower ones.
 LAYERS = [
     ["core"],
-    ["audio", "avatar", "media", "modelfile", "speech"],
+    ["audio", "avatar", "converse", "media", "modelfile", "speech"],
     ["lipsync", "compose", "studio"],
     ["sched"],
     ["stream"],

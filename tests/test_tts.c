@@ -3,6 +3,7 @@
 #include "facecast/tts.h"
 #include "fc_test.h"
 
+#include <glib.h>
 #include <string.h>
 
 static void test_hello(void) {
@@ -39,6 +40,63 @@ static void test_voices(void) {
   fc_speech_free(&s);
 }
 
+/* Whether a phoneme sequence holds `seq` (names separated by spaces) in a row. */
+static int has_run(const fc_speech *s, const char *seq) {
+  gchar **want = g_strsplit(seq, " ", -1);
+  guint n = g_strv_length(want);
+  int found = 0;
+  for (size_t i = 0; !found && i + n <= s->n_ph; i++) {
+    found = 1;
+    for (guint k = 0; k < n && found; k++) found = strcmp(s->ph[i + k].name, want[k]) == 0;
+  }
+  g_strfreev(want);
+  return found;
+}
+
+/* Chinese: "zh" and the other tags people use reach a Mandarin voice that speaks Mandarin —
+ * not "Chinese letter" for every character (the English voice), nor pinyin read as English
+ * with its tone digits ("ni three": espeak-ng 1.51's plain cmn voice) — and Han text without
+ * a voice gets Mandarin too; Cantonese has its own voice. */
+static void test_chinese(void) {
+  const char *zh = "你好，今天天气很好。";
+  fc_speech en, zhs, cmn, none, hk;
+  fc_tts_params p = {.voice = "en"};
+  FC_REQUIRE(fc_tts_speak(zh, &p, &en) == 0);
+  p.voice = "zh";
+  FC_REQUIRE(fc_tts_speak(zh, &p, &zhs) == 0);
+  p.voice = "cmn";
+  FC_REQUIRE(fc_tts_speak(zh, &p, &cmn) == 0);
+  FC_REQUIRE(fc_tts_speak(zh, NULL, &none) == 0);
+  p.voice = "zh-HK";
+  FC_REQUIRE(fc_tts_speak(zh, &p, &hk) == 0);
+  FC_CHECK(has_run(&en, "tS aI n i: z")); /* the English voice: "Chinese letter" */
+  const fc_speech *mandarin[] = {&zhs, &cmn, &none};
+  for (int i = 0; i < 3; i++) {
+    const fc_speech *m = mandarin[i];
+    FC_CHECK(has_run(m, "n i") && !has_run(m, "tS aI n") && !has_run(m, "T r i:"));
+    /* nine syllables */
+    FC_CHECK(m->audio.n > 16000 && m->audio.n < 16000 * 4 && m->audio.n * 3 / 2 < en.audio.n);
+  }
+  /* the same voice: the same length within 2 % (the first synthesis after switching voices
+   * comes out a few ms longer) */
+  FC_CHECK_NEAR(zhs.audio.n, cmn.audio.n, cmn.audio.n / 50);
+  FC_CHECK_NEAR(none.audio.n, cmn.audio.n, cmn.audio.n / 50);
+  FC_CHECK(has_run(&hk, "n ei") && hk.audio.n > 16000); /* Cantonese: nei hou */
+  fc_speech_free(&en);
+  fc_speech_free(&zhs);
+  fc_speech_free(&cmn);
+  fc_speech_free(&none);
+  fc_speech_free(&hk);
+  /* English text without a voice stays English */
+  fc_speech a, b;
+  p.voice = "en";
+  FC_REQUIRE(fc_tts_speak("Hello there", &p, &a) == 0);
+  FC_REQUIRE(fc_tts_speak("Hello there", NULL, &b) == 0);
+  FC_CHECK_NEAR(a.audio.n, b.audio.n, a.audio.n / 50);
+  fc_speech_free(&a);
+  fc_speech_free(&b);
+}
+
 static void test_bad_text(void) {
   fc_speech s;
   FC_CHECK_INT(fc_tts_speak("", NULL, &s), ==, FC_EINVAL);
@@ -64,6 +122,7 @@ static void test_rate(void) {
 int main(void) {
   FC_RUN(test_hello);
   FC_RUN(test_voices);
+  FC_RUN(test_chinese);
   FC_RUN(test_bad_text);
   FC_RUN(test_rate);
   FC_TEST_EXIT();

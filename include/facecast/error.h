@@ -27,6 +27,7 @@ enum {
   FC_EEOF = -11,         /* end of stream */
   FC_ECANCELED = -12,    /* the operation was cancelled */
   FC_EBUSY = -13,        /* at capacity (every place taken): try again later */
+  FC_EREMOTE = -14,      /* a remote service (LLM, TTS, ASR) failed, timed out or answered garbage */
 };
 
 /* A static string naming err ("malformed data"); never NULL. */

@@ -44,6 +44,12 @@ typedef struct fc_server_params {
                             * (video_path/image_path); NULL = uploads only */
   int metrics_session_ids; /* label /metrics' per-session series with the session id (a
                             * credential) instead of its serial number */
+  /* Conversation (/human type=chat): an OpenAI-compatible chat completions API. */
+  const char *llm_url;     /* its base URL ("http://host:port/v1"); NULL = no chat (501) */
+  const char *llm_key;     /* its API key, sent as a bearer token, never logged; NULL = none */
+  const char *llm_model;   /* NULL = "gpt-4o-mini" */
+  const char *llm_system;  /* the system prompt; NULL = a short one asking for spoken answers */
+  int llm_timeout_s;       /* connect, and between two pieces of the answer; 0 = 30 */
   int solo_batches;        /* benchmarks: no cross-session batching — each session runs its own
                             * batches of 16 frames, one backend call at a time (LiveTalking's
                             * design), instead of the device scheduler */

@@ -1,4 +1,6 @@
-/* Text to speech with the embedded espeak-ng voice, keeping the phoneme timing.
+/* Text to speech with the embedded espeak-ng voice, keeping the phoneme timing. Voices are
+ * espeak-ng's names or language tags; "zh" and its kin are Mandarin, "zh-HK"/"yue" Cantonese, and
+ * with no voice, text that is mostly Chinese characters gets Mandarin, anything else English.
  *
  * The result is 16 kHz mono audio on the engine's sample clock plus the phoneme events espeak
  * reports, each with the sample where it starts; the parametric lip-sync turns those into
@@ -25,7 +27,7 @@ typedef struct fc_speech {
 } fc_speech;
 
 typedef struct fc_tts_params {
-  const char *voice; /* espeak voice or language ("en", "en-us", "de", "fr" …); NULL = "en" */
+  const char *voice; /* espeak voice or language ("en", "en-us", "de", "zh" …); NULL/"": by text */
   int rate_wpm;      /* words per minute; 0 = espeak's default (175) */
 } fc_tts_params;
 

@@ -19,9 +19,14 @@ static void serve_usage(FILE *f) {
         "                      [--header-timeout S] [--body-timeout S] [--idle-timeout S]\n"
         "                      [--write-timeout S]\n"
         "                      [--api-keys FILE] [--media-dir DIR[:DIR...]] [--metrics-session-ids]\n"
-        "                      [--config FILE] [--quiet]\n"
+        "                      [--llm-url URL] [--llm-model NAME] [--llm-system TEXT]\n"
+        "                      [--llm-timeout S] [--config FILE] [--quiet]\n"
         "\n"
         "Open http://HOST:PORT/ in a browser, press Connect and type a sentence.\n"
+        "Chat (/human type=chat) needs an OpenAI-compatible LLM: --llm-url (default\n"
+        "$OPENAI_BASE_URL, or https://api.openai.com/v1 when only $OPENAI_API_KEY is set),\n"
+        "--llm-model (default $LLM_MODEL, else gpt-4o-mini); the key comes from\n"
+        "$OPENAI_API_KEY only (never a flag: flags show in ps).\n"
         "--config FILE: a YAML file of these options (e.g. 'api_keys: /etc/facecast/keys',\n"
         "'quiet: true', 'media_dir: [/srv/a, /srv/b]'); options given here override it.\n",
         f);
@@ -76,6 +81,10 @@ int fc_cmd_serve(int argc, char **argv) {
                                        {"metrics-session-ids", no_argument, 0, 1009},
                                        {"config", required_argument, 0, 1010},
                                        {"write-timeout", required_argument, 0, 1011},
+                                       {"llm-url", required_argument, 0, 1012},
+                                       {"llm-model", required_argument, 0, 1013},
+                                       {"llm-system", required_argument, 0, 1014},
+                                       {"llm-timeout", required_argument, 0, 1015},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   fc_server_params p = fc_server_params_default();
@@ -145,6 +154,12 @@ int fc_cmd_serve(int argc, char **argv) {
     case 1011:
       if ((err = int_opt("--write-timeout", optarg, 1, 86400, &p.write_timeout_s))) return fc_cli_fail(err);
       break;
+    case 1012: p.llm_url = optarg; break;
+    case 1013: p.llm_model = optarg; break;
+    case 1014: p.llm_system = optarg; break;
+    case 1015:
+      if ((err = int_opt("--llm-timeout", optarg, 1, 3600, &p.llm_timeout_s))) return fc_cli_fail(err);
+      break;
     case 'h': serve_usage(stdout); return FC_EXIT_OK;
     default:
       fprintf(stderr, "facecast: error: serve: unknown or incomplete option '%s'\n",
@@ -152,6 +167,12 @@ int fc_cmd_serve(int argc, char **argv) {
       return FC_EXIT_INPUT;
     }
   }
+  /* The ecosystem's variables (OpenAI's SDKs, LiveTalking's setups) where no flag says */
+  const char *env_url = getenv("OPENAI_BASE_URL"), *env_key = getenv("OPENAI_API_KEY");
+  if (!p.llm_url && env_url && *env_url) p.llm_url = env_url;
+  if (!p.llm_url && env_key && *env_key) p.llm_url = "https://api.openai.com/v1";
+  if (env_key && *env_key) p.llm_key = env_key;
+  if (!p.llm_model && getenv("LLM_MODEL") && *getenv("LLM_MODEL")) p.llm_model = getenv("LLM_MODEL");
   /* Each WebRTC session brings a dozen GStreamer threads, and glibc gives busy threads
    * arenas of their own (up to 8 per core), which then hold freed memory: resident memory
    * would creep up with every session opened and closed. A few arenas per core are plenty. */

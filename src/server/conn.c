@@ -233,12 +233,15 @@ G_DEFINE_TYPE_WITH_CODE(FcConnOutput, fc_conn_output, G_TYPE_OUTPUT_STREAM,
                                               fc_conn_output_pollable_init))
 
 /* A write that would block starts the clock of a client that does not read; one that goes
- * through stops it. */
+ * through stops it. Atomic: GIO may run a blocking write of ours on a thread of its pool (an
+ * async operation with no pollable path), while the listener reads the clock on the main loop. */
 static gssize after_write(FcConnOutput *s, gssize w, GError **error) {
+  gint64 *wb = &s->conn->write_blocked;
   if (w >= 0)
-    s->conn->write_blocked = 0;
-  else if (g_error_matches(*error, G_IO_ERROR, G_IO_ERROR_WOULD_BLOCK) && !s->conn->write_blocked)
-    s->conn->write_blocked = g_get_monotonic_time();
+    __atomic_store_n(wb, 0, __ATOMIC_RELAXED);
+  else if (g_error_matches(*error, G_IO_ERROR, G_IO_ERROR_WOULD_BLOCK) &&
+           !__atomic_load_n(wb, __ATOMIC_RELAXED))
+    __atomic_store_n(wb, g_get_monotonic_time(), __ATOMIC_RELAXED);
   return w;
 }
 

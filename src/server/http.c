@@ -69,6 +69,7 @@ int fc_http_status_of(int err) {
   switch (err) {
   case FC_EAGAIN: return 429;   /* this client's queue is full: slow down */
   case FC_EBUSY: return 503;    /* the server is full: try again later */
+  case FC_EREMOTE: return 502;  /* the LLM, a TTS or ASR service behind us failed */
   case FC_ENOTFOUND: return 404;
   case FC_ECANCELED: return 409;
   case FC_ENOMEM:

@@ -2,7 +2,8 @@
  *
  * Threads and what they own:
  *  - main loop (GLib): HTTP/WS/SSE handlers, session create/close, SSE delivery, the live
- *    outputs' answer/state callbacks (marshalled here), finishing requests paused for workers;
+ *    outputs' answer/state callbacks (marshalled here), finishing requests paused for workers,
+ *    the chats' LLM streams (chat.c);
  *  - worker pool (GThreadPool, one per core): speech synthesis, upload decoding, frame
  *    production into a session's ready queue (its lip-sync requests go to the device
  *    scheduler and the worker waits for them; composing runs on the worker), stopping
@@ -100,6 +101,7 @@ typedef struct fc_server {
   int n_devs;
   int gpu; /* the lip-sync devices are GPUs: a frame costs a batch's round trip, not CPU work */
 
+  struct fc_llm *llm;     /* chat.c: the LLM for /human type=chat; NULL without --llm-url */
   struct fc_keys *keys;   /* --api-keys: control routes want a key; NULL: open server */
   GMutex lock;            /* sessions table */
   GHashTable *sessions;   /* id → fc_session* (one reference) */
@@ -154,6 +156,17 @@ struct fc_session {
   int r_head, r_count, r_peeked; /* r_peeked: the head slot is being pushed by the pacer */
   int fill_queued;
   uint32_t pushed_utt; /* utterance whose first frame the pacer pushed and last not yet */
+
+  /* Conversation (chat.c). chat and chat_voice: main loop only. chat_q: sentences waiting to
+   * be spoken, emptied in order by one FC_JOB_SAY job (chat_job set while one is queued or
+   * running), both under chat_lock. chat_gen: bumped under s->lock when a turn is cancelled;
+   * a sentence is pushed only if chat_gen has not changed since it was queued. */
+  struct fc_chat *chat;
+  char *chat_voice;
+  GMutex chat_lock;
+  GQueue chat_q;
+  int chat_job;
+  gint chat_gen;
 
   /* lip-sync through the pool: the pulling thread waits until its frames are done */
   fc_lipsync_client *lsc;
@@ -213,6 +226,19 @@ void fc_session_post_event(fc_session *s, const char *type, uint32_t utt);
 void fc_session_add_sse(fc_session *s, SoupServerMessage *msg);
 /* Main loop: writes an event to the session's SSE clients. */
 void fc_session_send_sse(fc_session *s, const char *type, uint32_t utt);
+/* Main loop: writes "event: NAME" with one JSON object as its data to the SSE clients. */
+void fc_session_send_sse_json(fc_session *s, const char *name, const char *json);
+
+/* chat.c: conversation. fc_server_llm_start makes srv->llm when --llm-url is set. The session
+ * functions run on the main loop: _say starts a turn answering text (FC_EUNSUPPORTED without an
+ * LLM), _cancel stops the running turn and drops its queued sentences (the stream itself is cut
+ * by fc_session_interrupt; returns the turn cancelled, 0 if none), _free at close. _speak is
+ * the FC_JOB_SAY job (worker). */
+int fc_server_llm_start(fc_server *srv, int *err);
+int fc_session_chat_say(fc_session *s, const char *text, const char *voice, uint32_t *turn);
+uint32_t fc_session_chat_cancel(fc_session *s);
+void fc_session_chat_free(fc_session *s);
+void fc_session_chat_speak(fc_session *s);
 
 /* server.c: the avatar a session asked for — NULL, "", "default" or the server's own id: the
  * server's avatar; another id: that avatar's pack in fc_avatar_dir(), opened on first use and
@@ -232,7 +258,8 @@ typedef enum fc_job_kind {
   FC_JOB_FILL,
   FC_JOB_SPEAK,
   FC_JOB_AUDIO,
-  FC_JOB_RECORD_STOP
+  FC_JOB_RECORD_STOP,
+  FC_JOB_SAY /* the chat's queued sentences (chat.c) */
 } fc_job_kind;
 typedef struct fc_job {
   fc_job_kind kind;

@@ -310,7 +310,7 @@ static gboolean check_timeouts(gpointer user) {
       break;
     default: break;
     }
-    const gint64 wb = c->write_blocked;
+    const gint64 wb = __atomic_load_n(&c->write_blocked, __ATOMIC_RELAXED); /* conn.c */
     if (!count && wb && now - wb > l->p.write_timeout_s * s) count = &l->st.timeout_write;
     fc_conn *r = count ? fc_conn_ref_locked(c) : NULL;
     if (r) {

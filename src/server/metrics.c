@@ -6,6 +6,7 @@
 #include "server/internal.h"
 #include "server/listener.h"
 
+#include <malloc.h>
 #include <stdio.h>
 
 const double fc_late_bounds_ms[FC_LATE_BUCKETS] = {1, 2, 5, 10, 20, 40, 80, 160};
@@ -100,6 +101,13 @@ void fc_metrics_render(fc_server *srv, GString *o, const char *owner) {
 
   family(o, "facecast_sessions", "gauge", "Live sessions.");
   g_string_append_printf(o, "facecast_sessions %d\n", total);
+  /* The allocator's view beside the kernel's RSS: memory in use that grows with sessions
+   * opened and closed is a leak; RSS growing while this stays flat is fragmentation. */
+  struct mallinfo2 mi = mallinfo2();
+  family(o, "facecast_heap_bytes", "gauge",
+         "malloc's heap: in_use (allocated, mmapped blocks included), free (held, not in use).");
+  g_string_append_printf(o, "facecast_heap_bytes{kind=\"in_use\"} %zu\n", mi.uordblks + mi.hblkhd);
+  g_string_append_printf(o, "facecast_heap_bytes{kind=\"free\"} %zu\n", mi.fordblks);
   family(o, "facecast_sessions_max", "gauge", "The server's --max-sessions.");
   g_string_append_printf(o, "facecast_sessions_max %d\n", srv->p.max_sessions);
   counter(o, "facecast_sessions_created_total", "Sessions opened.", created);

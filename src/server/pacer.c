@@ -247,7 +247,7 @@ int fc_pacer_start(fc_server *srv) {
     *pc = (fc_pacer){.srv = srv, .index = k};
     pc->tick = g_new0(fc_session *, srv->p.max_sessions > 0 ? srv->p.max_sessions : 1);
     char name[16];
-    snprintf(name, sizeof name, "fc-pacer-%d", k);
+    snprintf(name, sizeof name, "fc-pacer-%d", k % 1000000); /* thread names: 15 bytes */
     GError *e = NULL;
     if (!(pc->thread = g_thread_try_new(name, pacer_main, pc, &e))) {
       int err = fc_error_set(FC_ENOMEM, "cannot start the pacer thread: %s", e->message);

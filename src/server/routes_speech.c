@@ -16,6 +16,26 @@
 
 /* ---- speech ----------------------------------------------------------------------------- */
 
+/* /human type=chat: the LLM answers, sentence by sentence into speech (chat.c); answered at
+ * once with the turn's number, the rest comes as SSE "chat" events. */
+static void human_chat(SoupServerMessage *msg, fc_session *s, const char *text, const char *voice,
+                       int interrupt) {
+  if (interrupt && s->srv->llm) {
+    fc_session_chat_cancel(s);
+    fc_session_interrupt(s);
+  }
+  uint32_t turn = 0;
+  int err = fc_session_chat_say(s, text, voice, &turn);
+  if (err) {
+    fc_http_error(msg, err == FC_EUNSUPPORTED ? 501 : fc_http_status_of(err), "%s",
+                  fc_error_detail(err));
+    return;
+  }
+  char data[32];
+  snprintf(data, sizeof data, "{\"turn\":%u}", turn);
+  fc_http_ok(msg, data);
+}
+
 void fc_route_human(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
                     gpointer user) {
   fc_server *srv = user;
@@ -37,11 +57,10 @@ void fc_route_human(SoupServer *server, SoupServerMessage *msg, const char *path
     else if (in && !JSON_NODE_HOLDS_NULL(in))
       bad_interrupt = 1;
     size_t len = strlen(text);
+    int chat = strcmp(type, "chat") == 0;
     if (bad_interrupt) {
       fc_http_error(msg, 400, "'interrupt' must be true or false");
-    } else if (strcmp(type, "chat") == 0) {
-      fc_http_error(msg, 501, "type 'chat' is not configured on this server (no LLM); use 'echo'");
-    } else if (strcmp(type, "echo") != 0) {
+    } else if (!chat && strcmp(type, "echo") != 0) {
       fc_http_error(msg, 400, "'type' must be \"echo\" or \"chat\"");
     } else if (len > MAX_TEXT) {
       fc_http_error(msg, 413,
@@ -51,7 +70,10 @@ void fc_route_human(SoupServer *server, SoupServerMessage *msg, const char *path
                                                                      "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                                                      "0123456789-_+") != strlen(voice))) {
       fc_http_error(msg, 400, "'voice' must be a voice name such as \"en\" or \"de\"");
+    } else if (chat) {
+      human_chat(msg, s, text, voice, interrupt);
     } else {
+      if (interrupt) fc_session_chat_cancel(s); /* the LLM's turn stops too */
       fc_job *j = g_new0(fc_job, 1);
       j->kind = FC_JOB_SPEAK;
       j->s = s;
@@ -108,6 +130,7 @@ void fc_route_interrupt(SoupServer *server, SoupServerMessage *msg, const char *
   if (!o) return;
   fc_session *s = fc_http_session_of(user, msg, o);
   if (s) {
+    fc_session_chat_cancel(s); /* the LLM's connection closes, its queued sentences go */
     fc_session_interrupt(s);
     fc_http_ok(msg, NULL);
     fc_session_unref(s);

@@ -1,5 +1,6 @@
 /* facecast serve: server lifetime (see include/facecast/server.h and internal.h). */
 #include "facecast/error.h"
+#include "converse/llm.h"
 #include "core/stale.h"
 #include "server/internal.h"
 #include "server/keys.h"
@@ -216,6 +217,7 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
   g_thread_pool_set_sort_function(srv->workers, job_order, NULL);
 
   if (srv->p.api_keys && !(srv->keys = fc_keys_load(srv->p.api_keys, err))) goto fail;
+  if (fc_server_llm_start(srv, err)) goto fail;
   if (srv->p.media_dirs) { /* each an absolute folder: a relative one would never match */
     gchar **dirs = g_strsplit(srv->p.media_dirs, ":", -1);
     int bad = 0;
@@ -321,6 +323,7 @@ void fc_server_destroy(fc_server *srv) {
   g_free(srv->web_dir);
   g_free(srv->record_dir);
   fc_keys_free(srv->keys);
+  fc_llm_destroy(srv->llm); /* after the sessions: their chats used it */
   if (srv->loop) g_main_loop_unref(srv->loop);
   if (srv->ctx) g_main_context_unref(srv->ctx);
   g_mutex_clear(&srv->lock);

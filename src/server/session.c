@@ -76,6 +76,8 @@ fc_session *fc_session_new(fc_server *srv, fc_avatar *av, const char *owner, int
   g_mutex_init(&s->lock);
   g_mutex_init(&s->q_lock);
   g_mutex_init(&s->out_lock);
+  g_mutex_init(&s->chat_lock);
+  g_queue_init(&s->chat_q);
   s->state = FC_LIVE_CONNECTING;
   fc_lipsync_client_params cp = {.cls = FC_SCHED_LIVE, .first_due = first_due, .user = s};
   if (srv->pool && !(s->lsc = fc_lipsync_client_add(srv->pool, &cp, err))) goto fail;
@@ -144,6 +146,8 @@ void fc_session_unref(fc_session *s) {
   g_mutex_clear(&s->lock);
   g_mutex_clear(&s->q_lock);
   g_mutex_clear(&s->out_lock);
+  g_queue_clear(&s->chat_q); /* emptied at close */
+  g_mutex_clear(&s->chat_lock);
   g_free(s);
 }
 
@@ -320,6 +324,17 @@ void fc_session_send_sse(fc_session *s, const char *type, uint32_t utt) {
   }
 }
 
+void fc_session_send_sse_json(fc_session *s, const char *name, const char *json) {
+  char *ev = g_strdup_printf("event: %s\ndata: %s\n\n", name, json);
+  size_t n = strlen(ev);
+  for (GList *l = s->sse; l; l = l->next) {
+    SoupServerMessage *m = l->data;
+    soup_message_body_append(soup_server_message_get_response_body(m), SOUP_MEMORY_COPY, ev, n);
+    soup_server_message_unpause(m);
+  }
+  g_free(ev);
+}
+
 static void sse_finished(SoupServerMessage *msg, gpointer user) {
   fc_session *s = user;
   GList *l = g_list_find(s->sse, msg);
@@ -360,6 +375,7 @@ void fc_session_close(fc_session *s, const char *why) {
   g_atomic_int_set(&s->closed, 1);
   if (s->connect_timer) g_source_remove(s->connect_timer);
   s->connect_timer = 0;
+  fc_session_chat_free(s); /* the LLM's connection closes now, queued sentences go */
   if (s->offer_msg) {
     fc_http_error(s->offer_msg, 500, "session closed before the answer: %s", why);
     soup_server_message_unpause(s->offer_msg);

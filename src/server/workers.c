@@ -90,6 +90,7 @@ void fc_job_run(gpointer data, gpointer user) {
   fc_error_clear();
   switch (j->kind) {
   case FC_JOB_FILL: fc_session_fill(j->s); break;
+  case FC_JOB_SAY: fc_session_chat_speak(j->s); break;
   case FC_JOB_SPEAK: {
     fc_speech sp;
     fc_tts_params tp = {.voice = j->voice};

@@ -11,6 +11,7 @@
 
 #include <ctype.h>
 #include <espeak-ng/speak_lib.h>
+#include <glib.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,12 +70,45 @@ void fc_speech_free(fc_speech *s) {
   s->n_ph = 0;
 }
 
+/* Language tags people use for Chinese mapped to espeak-ng's voice files (whose names are
+ * not the tags: "zh" alone names no voice; through the English voice every character is read
+ * out as "Chinese letter"). Mandarin is "cmn-Latn-pinyin": in espeak-ng 1.51 (Debian 12) the
+ * plain "cmn" voice turns characters into pinyin and then reads that as English, tone digits
+ * and all ("ni three hao three"); the pinyin voice reads the same pinyin as Mandarin, and
+ * English words in the text still switch to English. */
+#define MANDARIN "cmn-Latn-pinyin"
+static const char *voice_file(const char *v) {
+  static const struct {
+    const char *tag, *file;
+  } map[] = {{"zh", MANDARIN},      {"zh-cn", MANDARIN},    {"zh-hans", MANDARIN},
+             {"zh-tw", MANDARIN},   {"zh-hant", MANDARIN},  {"zh-sg", MANDARIN},
+             {"zh-cmn", MANDARIN},  {"cmn", MANDARIN},      {"mandarin", MANDARIN},
+             {"chinese", MANDARIN}, {"zh_cn", MANDARIN},    {"zh_tw", MANDARIN},
+             {"zh-hk", "yue"},      {"zh-yue", "yue"},      {"zh_hk", "yue"},
+             {"cantonese", "yue"}};
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (g_ascii_strcasecmp(v, map[i].tag) == 0) return map[i].file;
+  return v;
+}
+
+/* No voice asked for: Mandarin when most of the letters are Han characters, else English. */
+static const char *default_voice(const char *t) {
+  size_t han = 0, letters = 0;
+  for (const char *q = t; *q; q = g_utf8_next_char(q)) {
+    gunichar c = g_utf8_get_char(q);
+    if (g_unichar_isalpha(c)) letters++;
+    if (g_unichar_get_script(c) == G_UNICODE_SCRIPT_HAN) han++;
+  }
+  return letters && han * 2 >= letters ? MANDARIN : "en";
+}
+
 int fc_tts_speak(const char *text, const fc_tts_params *p, fc_speech *out) {
   memset(out, 0, sizeof *out);
   const char *t = text;
   while (t && *t && isspace((unsigned char)*t)) t++;
   if (!t || !*t) return fc_error_set(FC_EINVAL, "empty text");
-  const char *voice = p && p->voice ? p->voice : "en";
+  if (!g_utf8_validate(t, -1, NULL)) return fc_error_set(FC_EINVAL, "the text is not UTF-8");
+  const char *voice = p && p->voice && *p->voice ? voice_file(p->voice) : default_voice(t);
 
   int err = FC_OK;
   collect c = {0};
@@ -90,7 +124,8 @@ int fc_tts_speak(const char *text, const fc_tts_params *p, fc_speech *out) {
     goto unlock;
   }
   if (espeak_SetVoiceByName(voice) != EE_OK) {
-    err = fc_error_set(FC_EINVAL, "unknown voice '%s' (try en, en-us, de, fr, es …)", voice);
+    err = fc_error_set(FC_EINVAL, "unknown voice '%s' (try en, en-us, de, fr, es, zh …)",
+                       p && p->voice ? p->voice : voice);
     goto unlock;
   }
   espeak_SetParameter(espeakRATE, p && p->rate_wpm > 0 ? p->rate_wpm : 175, 0);

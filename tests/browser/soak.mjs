@@ -7,8 +7,13 @@
  *    recorded from its first minute to its last; at the end tone bursts go in through
  *    /humanaudio and the recording's last seconds give the A/V offset after the hour (the
  *    mouth's onsets against the bursts', as tests/browser/avsync.test.mjs does).
- * Every minute the server's RSS, open fds and threads are sampled, and after every round (no
- * churning session open then, so these are comparable). The baseline is the first round end
+ * With TALK_MIN=0 there is no talking session: the churn alone (the recording's index grows
+ * for the whole hour, and the allocator cannot give back pages that hold a piece of it among
+ * freed session memory, so RSS measured beside it is not the churn's alone).
+ * Every minute the server's RSS, open fds and threads are sampled, and the allocator's own
+ * figure of memory in use (/metrics facecast_heap_bytes: growth there is a leak; RSS growing
+ * while it stays flat is fragmentation), and after every round (no churning session open
+ * then, so these are comparable). The baseline is the first round end
  * after WARM_MIN minutes (5: the allocator's arenas and the libraries' caches grow to their
  * working size first); after the churn, RSS growth from it must stay under 5 %, and fds and
  * threads must be back where they were. The growth from the very first round is reported
@@ -30,6 +35,13 @@ const ROUND = 20;
 const FPS = 25;
 const REPORT = process.env.SOAK_REPORT || path.join(repoRoot, 'build', 'soak-report.json');
 
+/* malloc's memory in use, MB, from /metrics (null from a build without the figure) */
+async function heapMb(base) {
+  try {
+    const m = /facecast_heap_bytes\{kind="in_use"\} (\d+)/.exec((await request('GET', `${base}/metrics`)).text());
+    return m ? Number(m[1]) / 1048576 : null;
+  } catch { return null; }
+}
 const threads = (pid) => Number(/Threads:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))[1]);
 const stamp = () => new Date().toISOString().slice(11, 19);
 const say = (s) => console.log(`[${stamp()}] ${s}`);
@@ -186,18 +198,23 @@ async function main() {
   const browser = await launchBrowser();
   const rep = { started: new Date().toISOString(), churnMinutes: CHURN_MIN, talkMinutes: TALK_MIN,
                 samples: [], churn: { sessions: 0, rounds: 0 }, talk: {}, ok: true, failures: [] };
-  const sample = (what) => {
+  const sample = async (what) => {
     const s = { t: (Date.now() - t0) / 60000, what, rssMb: rssKb(srv.pid) / 1024, fds: fdCount(srv.pid),
-                threads: threads(srv.pid) };
+                threads: threads(srv.pid), heapMb: await heapMb(srv.url) };
     rep.samples.push(s);
-    say(`${what}: RSS ${s.rssMb.toFixed(1)} MB, ${s.fds} fds, ${s.threads} threads`);
+    say(`${what}: RSS ${s.rssMb.toFixed(1)} MB, ${s.fds} fds, ${s.threads} threads` +
+        (s.heapMb === null ? '' : `, heap in use ${s.heapMb.toFixed(2)} MB`));
     return s;
   };
   const t0 = Date.now();
   let talkId = 'none';
-  const talk = talkHour(browser, srv.url, rep).catch((e) => { rep.failures.push(`talk: ${e.message}`); });
-  await waitFor(() => rep.talk.id !== undefined, { timeoutMs: 30000, what: 'the talking session' });
-  talkId = rep.talk.id;
+  const talk = TALK_MIN > 0
+    ? talkHour(browser, srv.url, rep).catch((e) => { rep.failures.push(`talk: ${e.message}`); })
+    : Promise.resolve();
+  if (TALK_MIN > 0) {
+    await waitFor(() => rep.talk.id !== undefined, { timeoutMs: 30000, what: 'the talking session' });
+    talkId = rep.talk.id;
+  }
   const churnEnd = t0 + CHURN_MIN * 60000;
   const stream = httpStream(srv.url, () => talkId, churnEnd);
   const timer = setInterval(() => sample('minute'), 60000);
@@ -209,7 +226,7 @@ async function main() {
     await churnRound(browser, srv.url, rep.churn);
     rep.churn.rounds++;
     await delay(3000);
-    const s = sample(`after round ${rep.churn.rounds}`);
+    const s = await sample(`after round ${rep.churn.rounds}`);
     rep.rounds.push(s);
     if (!first) first = s;
     if (!base && Date.now() - t0 >= WARM_MIN * 60000) {
@@ -220,10 +237,16 @@ async function main() {
   await stream.done;
   rep.http = stream.stats;
   await delay(5000);
-  const endChurn = sample('after the churn');
+  const endChurn = await sample('after the churn');
   rep.churn.rssGrowthPct = 100 * (endChurn.rssMb - base.rssMb) / base.rssMb;
   rep.churn.rssGrowthFromFirstRoundPct = 100 * (endChurn.rssMb - first.rssMb) / first.rssMb;
   rep.churn.baselineMb = base.rssMb;
+  if (base.heapMb !== null && endChurn.heapMb !== null) {
+    rep.churn.heapBaselineMb = base.heapMb;
+    rep.churn.heapEndMb = endChurn.heapMb;
+    rep.churn.heapGrowthPct = 100 * (endChurn.heapMb - base.heapMb) / base.heapMb;
+    if (!(rep.churn.heapGrowthPct < 5)) rep.failures.push(`heap in use grew ${rep.churn.heapGrowthPct.toFixed(1)} % (limit 5 %)`);
+  }
   rep.churn.firstRoundMb = first.rssMb;
   rep.churn.fdDelta = endChurn.fds - base.fds;
   rep.churn.threadDelta = endChurn.threads - base.threads;
@@ -234,12 +257,13 @@ async function main() {
   await talk;
   clearInterval(timer);
   const offs = rep.talk.offsets || [];
-  if (offs.length !== BURSTS.length) rep.failures.push(`A/V: ${offs.length} of ${BURSTS.length} bursts found`);
+  if (TALK_MIN <= 0) { /* churn only */ }
+  else if (offs.length !== BURSTS.length) rep.failures.push(`A/V: ${offs.length} of ${BURSTS.length} bursts found`);
   else if (offs.some((o) => Math.abs(o) > 0.04 + 1e-9))
     rep.failures.push(`A/V offset after ${TALK_MIN} min: ${offs.map((o) => `${Math.round(o * 1000)} ms`).join(', ')}`);
   const health1 = await health(srv.url);
   rep.sessionsAtEnd = health1.sessions;
-  sample('end');
+  await sample('end');
   await closeBrowser(browser);
   await stopClean(srv).catch((e) => { rep.failures.push(`stop: ${e.message}`); });
   rep.ok = rep.failures.length === 0;
@@ -250,8 +274,10 @@ async function main() {
       `${JSON.stringify(rep.http.byStatus)}; RSS ${rep.churn.baselineMb.toFixed(1)} -> ` +
       `${endChurn.rssMb.toFixed(1)} MB (${rep.churn.rssGrowthPct.toFixed(2)} % from the baseline, ` +
       `${rep.churn.rssGrowthFromFirstRoundPct.toFixed(2)} % from the first round), fds Δ ${rep.churn.fdDelta}, ` +
-      `threads Δ ${rep.churn.threadDelta}`);
-  say(`talk: ${(rep.talk.minutes || 0).toFixed(1)} min, ${rep.talk.requests} sentences, recording ` +
+      `threads Δ ${rep.churn.threadDelta}` +
+      (rep.churn.heapGrowthPct === undefined ? '' : `; heap in use ${rep.churn.heapBaselineMb.toFixed(2)} -> ` +
+       `${rep.churn.heapEndMb.toFixed(2)} MB (${rep.churn.heapGrowthPct.toFixed(2)} %)`));
+  if (TALK_MIN > 0) say(`talk: ${(rep.talk.minutes || 0).toFixed(1)} min, ${rep.talk.requests} sentences, recording ` +
       `${((rep.talk.recordingBytes || 0) / 1e6).toFixed(1)} MB; A/V offsets at the end ` +
       `${offs.map((o) => `${Math.round(o * 1000)} ms`).join(', ')}`);
   say(rep.ok ? `soak passed (report: ${REPORT})` : `soak FAILED: ${rep.failures.join('; ')}`);
