@@ -87,6 +87,18 @@ static void test_chinese(void) {
   fc_speech_free(&cmn);
   fc_speech_free(&none);
   fc_speech_free(&hk);
+  /* cloud voice names as LiveTalking's pages send them speak their language; a region espeak
+   * has no voice for falls back to the language */
+  fc_speech v;
+  p.voice = "zh-CN-YunxiaNeural";
+  FC_REQUIRE(fc_tts_speak(zh, &p, &v) == 0);
+  FC_CHECK(has_run(&v, "n i") && !has_run(&v, "tS aI n"));
+  fc_speech_free(&v);
+  p.voice = "de-DE";
+  FC_CHECK_INT(fc_tts_speak("Guten Tag", &p, &v), ==, 0);
+  fc_speech_free(&v);
+  p.voice = "xx-YY";
+  FC_CHECK_INT(fc_tts_speak("hello", &p, &v), ==, FC_EINVAL);
   /* English text without a voice stays English */
   fc_speech a, b;
   p.voice = "en";

@@ -48,6 +48,20 @@ void fc_route_human(SoupServer *server, SoupServerMessage *msg, const char *path
   const char *type = NULL, *voice = NULL;
   if (text && (fc_http_opt_str(msg, o, "type", &type) || fc_http_opt_str(msg, o, "voice", &voice)))
     text = NULL;
+  /* LiveTalking's per-request TTS settings: {"tts": {"voice": …, "emotion": …, …}}; its voice
+   * is taken where "voice" is absent, the rest is for TTS services facecast does not run yet */
+  JsonNode *tts = text ? json_object_get_member(o, "tts") : NULL;
+  if (tts && !JSON_NODE_HOLDS_NULL(tts)) {
+    JsonNode *tv = JSON_NODE_HOLDS_OBJECT(tts) ? json_object_get_member(json_node_get_object(tts), "voice") : NULL;
+    if (!JSON_NODE_HOLDS_OBJECT(tts) ||
+        (tv && !JSON_NODE_HOLDS_NULL(tv) &&
+         !(JSON_NODE_HOLDS_VALUE(tv) && json_node_get_value_type(tv) == G_TYPE_STRING))) {
+      fc_http_error(msg, 400, "'tts' must be an object whose 'voice' is a string");
+      text = NULL;
+    } else if (!voice && tv && !JSON_NODE_HOLDS_NULL(tv)) {
+      voice = json_node_get_string(tv);
+    }
+  }
   if (!type) type = "echo";
   if (text) {
     JsonNode *in = json_object_get_member(o, "interrupt");

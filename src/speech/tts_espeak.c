@@ -91,6 +91,17 @@ static const char *voice_file(const char *v) {
   return v;
 }
 
+/* A cloud voice name as LiveTalking's pages send it ("zh-CN-YunxiaNeural", Edge's and Azure's
+ * LANG-REGION-NameNeural): espeak speaks its language instead. buf gets "zh-CN". */
+static const char *cloud_voice_language(const char *v, char *buf, size_t size) {
+  const char *d1 = strchr(v, '-'), *d2 = d1 ? strchr(d1 + 1, '-') : NULL;
+  size_t n = d2 ? (size_t)(d2 - v) : 0;
+  if (!d2 || !g_str_has_suffix(v, "Neural") || n >= size) return NULL;
+  memcpy(buf, v, n);
+  buf[n] = 0;
+  return buf;
+}
+
 /* No voice asked for: Mandarin when most of the letters are Han characters, else English. */
 static const char *default_voice(const char *t) {
   size_t han = 0, letters = 0;
@@ -108,7 +119,10 @@ int fc_tts_speak(const char *text, const fc_tts_params *p, fc_speech *out) {
   while (t && *t && isspace((unsigned char)*t)) t++;
   if (!t || !*t) return fc_error_set(FC_EINVAL, "empty text");
   if (!g_utf8_validate(t, -1, NULL)) return fc_error_set(FC_EINVAL, "the text is not UTF-8");
-  const char *voice = p && p->voice && *p->voice ? voice_file(p->voice) : default_voice(t);
+  char lang[16];
+  const char *asked = p && p->voice && *p->voice ? p->voice : NULL;
+  const char *cloud = asked ? cloud_voice_language(asked, lang, sizeof lang) : NULL;
+  const char *voice = asked ? voice_file(cloud ? cloud : asked) : default_voice(t);
 
   int err = FC_OK;
   collect c = {0};
@@ -123,7 +137,12 @@ int fc_tts_speak(const char *text, const fc_tts_params *p, fc_speech *out) {
     err = fc_error_set(FC_ETTS, "espeak-ng could not start (is espeak-ng-data installed?)");
     goto unlock;
   }
-  if (espeak_SetVoiceByName(voice) != EE_OK) {
+  char base[16];
+  const char *dash = strchr(voice, '-');
+  if (espeak_SetVoiceByName(voice) != EE_OK &&
+      /* "de-DE" where espeak has "de": the language without its region */
+      !(dash && (size_t)(dash - voice) < sizeof base &&
+        (g_strlcpy(base, voice, (size_t)(dash - voice) + 1), espeak_SetVoiceByName(base) == EE_OK))) {
     err = fc_error_set(FC_EINVAL, "unknown voice '%s' (try en, en-us, de, fr, es, zh …)",
                        p && p->voice ? p->voice : voice);
     goto unlock;
