@@ -61,6 +61,19 @@ static void test_refusals(void) {
   char *opus = strstr(o, "a=rtpmap:111 opus/48000/2");
   memcpy(opus, "a=rtpmap:111 PCMU/08000/1", 25);
   refused(o, "no Opus");
+  /* no ICE credentials on a media (webrtcbin would hand libnice a NULL ufrag: a critical) */
+  const char *h264 = "a=rtpmap:102 H264/90000\r\na=fmtp:102 packetization-mode=1\r\n";
+  o = offer("102", h264, FP);
+  char *u = strstr(o, "a=ice-ufrag:u\r\n");
+  memmove(u, u + 15, strlen(u + 15) + 1); /* the video m-line's ufrag goes */
+  refused(o, "no ICE credentials");
+  o = offer("102", h264, FP);
+  u = strstr(strstr(o, "m=audio"), "a=ice-pwd:");
+  memcpy(u, "a=ice-xxx:", 10); /* the audio m-line's pwd goes */
+  refused(o, "ice-pwd) for m-line 1");
+  /* not UTF-8 */
+  o = offer("102", "a=rtpmap:102 H264/90000\r\na=fmtp:102 packetization-mode=1\r\na=x:\xff\r\n", FP);
+  refused(o, "not UTF-8");
 }
 
 static void test_fix_answer(void) {

@@ -111,6 +111,8 @@ int fc_sdp_parse_offer(const char *sdp, GstSDPMessage **out, fc_offer_choice *ch
   *out = NULL;
 
   if (!sdp || !*sdp) return fc_error_set(FC_EINVAL, "malformed SDP offer (empty)");
+  /* GstSDP keeps any bytes and later puts them in caps, where GStreamer warns of non-UTF-8 */
+  if (!g_utf8_validate(sdp, -1, NULL)) return fc_error_set(FC_EINVAL, "SDP offer is not UTF-8");
   if (gst_sdp_message_new(&msg) != GST_SDP_OK) return fc_error_set(FC_ENOMEM, "out of memory");
   /* The parser skips what it does not understand, so success means little: require the
    * version line and at least one m-line, which any real offer has. */
@@ -119,6 +121,24 @@ int fc_sdp_parse_offer(const char *sdp, GstSDPMessage **out, fc_offer_choice *ch
       gst_sdp_message_medias_len(msg) == 0) {
     gst_sdp_message_free(msg);
     return fc_error_set(FC_EINVAL, "malformed SDP offer");
+  }
+
+  /* ICE credentials on every m-line in use (its own or the session's): webrtcbin hands them
+   * to libnice unchecked, and a missing ufrag is a GLib critical there (found by fuzzing). */
+  const char *s_ufrag = gst_sdp_message_get_attribute_val(msg, "ice-ufrag");
+  const char *s_pwd = gst_sdp_message_get_attribute_val(msg, "ice-pwd");
+  for (guint i = 0; i < gst_sdp_message_medias_len(msg); i++) {
+    const GstSDPMedia *m = gst_sdp_message_get_media(msg, i);
+    if (gst_sdp_media_get_port(m) == 0) continue; /* rejected or bundle-only */
+    const char *u = gst_sdp_media_get_attribute_val(m, "ice-ufrag");
+    const char *pw = gst_sdp_media_get_attribute_val(m, "ice-pwd");
+    if (!u) u = s_ufrag;
+    if (!pw) pw = s_pwd;
+    if (!u || !*u || !pw || !*pw) {
+      gst_sdp_message_free(msg);
+      return fc_error_set(FC_EINVAL, "offer has no ICE credentials (ice-ufrag, ice-pwd) for m-line %u",
+                          i);
+    }
   }
 
   /* One DTLS fingerprint for the whole offer (BUNDLE: one transport): webrtcbin refuses to
