@@ -15,10 +15,11 @@
  * while it stays flat is fragmentation), and after every round (no churning session open
  * then, so these are comparable). The baseline is the first round end
  * after WARM_MIN minutes (5: the allocator's arenas and the libraries' caches grow to their
- * working size first); after the churn, RSS growth from it must stay under 5 %, and fds and
- * threads must be back where they were. The growth from the very first round is reported
- * too. Prints a report and writes it as JSON to the path in
- * SOAK_REPORT (default build/soak-report.json). Exit 1 when a bound is broken. */
+ * working size first); after the churn, the growth of anonymous RSS (the process's own
+ * memory) and of malloc's memory in use from it must stay under 5 %, and fds and threads must
+ * be back where they were; total RSS is reported beside them, and the growth from the very
+ * first round too. Prints a report and writes it as JSON to the path in SOAK_REPORT (default
+ * build/soak-report.json). Exit 1 when a bound is broken. */
 import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
@@ -42,6 +43,12 @@ async function heapMb(base) {
     return m ? Number(m[1]) / 1048576 : null;
   } catch { return null; }
 }
+/* RSS split: anonymous (the process's own memory) and file-backed (library code and data
+ * pages, which grow as code paths run for the first time and are not the process's to free) */
+const rssSplit = (pid) => {
+  const st = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
+  return { anonMb: Number(/RssAnon:\s+(\d+)/.exec(st)[1]) / 1024, fileMb: Number(/RssFile:\s+(\d+)/.exec(st)[1]) / 1024 };
+};
 const threads = (pid) => Number(/Threads:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))[1]);
 const stamp = () => new Date().toISOString().slice(11, 19);
 const say = (s) => console.log(`[${stamp()}] ${s}`);
@@ -200,9 +207,10 @@ async function main() {
                 samples: [], churn: { sessions: 0, rounds: 0 }, talk: {}, ok: true, failures: [] };
   const sample = async (what) => {
     const s = { t: (Date.now() - t0) / 60000, what, rssMb: rssKb(srv.pid) / 1024, fds: fdCount(srv.pid),
-                threads: threads(srv.pid), heapMb: await heapMb(srv.url) };
+                threads: threads(srv.pid), heapMb: await heapMb(srv.url), ...rssSplit(srv.pid) };
     rep.samples.push(s);
-    say(`${what}: RSS ${s.rssMb.toFixed(1)} MB, ${s.fds} fds, ${s.threads} threads` +
+    say(`${what}: RSS ${s.rssMb.toFixed(1)} MB (anon ${s.anonMb.toFixed(1)}, file ${s.fileMb.toFixed(1)}), ` +
+        `${s.fds} fds, ${s.threads} threads` +
         (s.heapMb === null ? '' : `, heap in use ${s.heapMb.toFixed(2)} MB`));
     return s;
   };
@@ -241,6 +249,10 @@ async function main() {
   rep.churn.rssGrowthPct = 100 * (endChurn.rssMb - base.rssMb) / base.rssMb;
   rep.churn.rssGrowthFromFirstRoundPct = 100 * (endChurn.rssMb - first.rssMb) / first.rssMb;
   rep.churn.baselineMb = base.rssMb;
+  rep.churn.anonBaselineMb = base.anonMb;
+  rep.churn.anonEndMb = endChurn.anonMb;
+  rep.churn.anonGrowthPct = 100 * (endChurn.anonMb - base.anonMb) / base.anonMb;
+  rep.churn.fileGrowthMb = endChurn.fileMb - base.fileMb;
   if (base.heapMb !== null && endChurn.heapMb !== null) {
     rep.churn.heapBaselineMb = base.heapMb;
     rep.churn.heapEndMb = endChurn.heapMb;
@@ -250,7 +262,11 @@ async function main() {
   rep.churn.firstRoundMb = first.rssMb;
   rep.churn.fdDelta = endChurn.fds - base.fds;
   rep.churn.threadDelta = endChurn.threads - base.threads;
-  if (!(rep.churn.rssGrowthPct < 5)) rep.failures.push(`RSS grew ${rep.churn.rssGrowthPct.toFixed(1)} % (limit 5 %)`);
+  /* The bound is on the process's own memory: anonymous RSS. File-backed RSS is library pages
+   * mapped in as code paths run for the first time (a few MB over the first hour, reclaimable,
+   * the same for one session or a thousand); it is reported, not judged. */
+  if (!(rep.churn.anonGrowthPct < 5))
+    rep.failures.push(`anonymous RSS grew ${rep.churn.anonGrowthPct.toFixed(1)} % (limit 5 %)`);
   if (Math.abs(rep.churn.fdDelta) > 2) rep.failures.push(`fds ${base.fds} -> ${endChurn.fds}`);
   if (Math.abs(rep.churn.threadDelta) > 2) rep.failures.push(`threads ${base.threads} -> ${endChurn.threads}`);
 
@@ -274,7 +290,9 @@ async function main() {
       `${JSON.stringify(rep.http.byStatus)}; RSS ${rep.churn.baselineMb.toFixed(1)} -> ` +
       `${endChurn.rssMb.toFixed(1)} MB (${rep.churn.rssGrowthPct.toFixed(2)} % from the baseline, ` +
       `${rep.churn.rssGrowthFromFirstRoundPct.toFixed(2)} % from the first round), fds Δ ${rep.churn.fdDelta}, ` +
-      `threads Δ ${rep.churn.threadDelta}` +
+      `threads Δ ${rep.churn.threadDelta}; anonymous RSS ${rep.churn.anonBaselineMb.toFixed(1)} -> ` +
+      `${rep.churn.anonEndMb.toFixed(1)} MB (${rep.churn.anonGrowthPct.toFixed(2)} %), file-backed ` +
+      `${rep.churn.fileGrowthMb >= 0 ? '+' : ''}${rep.churn.fileGrowthMb.toFixed(1)} MB` +
       (rep.churn.heapGrowthPct === undefined ? '' : `; heap in use ${rep.churn.heapBaselineMb.toFixed(2)} -> ` +
        `${rep.churn.heapEndMb.toFixed(2)} MB (${rep.churn.heapGrowthPct.toFixed(2)} %)`));
   if (TALK_MIN > 0) say(`talk: ${(rep.talk.minutes || 0).toFixed(1)} min, ${rep.talk.requests} sentences, recording ` +
