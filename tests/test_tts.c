@@ -99,6 +99,8 @@ static void test_chinese(void) {
   fc_speech_free(&v);
   p.voice = "xx-YY";
   FC_CHECK_INT(fc_tts_speak("hello", &p, &v), ==, FC_EINVAL);
+  p.voice = "klingon-xx"; /* only a language code loses its region, not any name */
+  FC_CHECK_INT(fc_tts_speak("hello", &p, &v), ==, FC_EINVAL);
   /* English text without a voice stays English */
   fc_speech a, b;
   p.voice = "en";

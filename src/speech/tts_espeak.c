@@ -137,12 +137,14 @@ int fc_tts_speak(const char *text, const fc_tts_params *p, fc_speech *out) {
     err = fc_error_set(FC_ETTS, "espeak-ng could not start (is espeak-ng-data installed?)");
     goto unlock;
   }
-  char base[16];
+  /* "de-DE" where espeak has "de": a two- or three-letter language without its region (not
+   * any prefix: "klingon-xx" is no voice, though espeak has a "klingon") */
+  char base[4] = "";
   const char *dash = strchr(voice, '-');
-  if (espeak_SetVoiceByName(voice) != EE_OK &&
-      /* "de-DE" where espeak has "de": the language without its region */
-      !(dash && (size_t)(dash - voice) < sizeof base &&
-        (g_strlcpy(base, voice, (size_t)(dash - voice) + 1), espeak_SetVoiceByName(base) == EE_OK))) {
+  size_t bl = dash ? (size_t)(dash - voice) : 0;
+  if ((bl == 2 || bl == 3) && strspn(voice, "abcdefghijklmnopqrstuvwxyz") == bl)
+    g_strlcpy(base, voice, bl + 1);
+  if (espeak_SetVoiceByName(voice) != EE_OK && !(*base && espeak_SetVoiceByName(base) == EE_OK)) {
     err = fc_error_set(FC_EINVAL, "unknown voice '%s' (try en, en-us, de, fr, es, zh …)",
                        p && p->voice ? p->voice : voice);
     goto unlock;
