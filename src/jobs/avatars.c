@@ -426,6 +426,10 @@ static void h_task(SoupServer *server, SoupServerMessage *msg, const char *path,
                    gpointer user) {
   fc_server *srv = user;
   fc_avatar_tasks *at = srv->avatar_tasks;
+  if (!at) { /* a request that got past the early check as the server began to stop */
+    fc_http_error(msg, 503, "the server is stopping");
+    return;
+  }
   const char *id = strncmp(path, "/api/avatar/task/", 17) == 0 ? path + 17 : NULL;
   if (id && !*id) id = NULL;
   if (!id) {
@@ -442,6 +446,10 @@ static void h_tasks(SoupServer *server, SoupServerMessage *msg, const char *path
                     gpointer user) {
   fc_server *srv = user;
   fc_avatar_tasks *at = srv->avatar_tasks;
+  if (!at) { /* a request that got past the early check as the server began to stop */
+    fc_http_error(msg, 503, "the server is stopping");
+    return;
+  }
   fc_tasks_list(at->tasks, msg);
   (void)server, (void)path, (void)q;
 }

@@ -196,6 +196,10 @@ static void h_render(SoupServer *server, SoupServerMessage *msg, const char *pat
                      gpointer user) {
   fc_server *srv = user;
   fc_tasks *ts = srv->render_tasks;
+  if (!ts) { /* a request that got past the early check as the server began to stop */
+    fc_http_error(msg, 503, "the server is stopping");
+    return;
+  }
   const char *rest = strncmp(path, "/api/render/", 12) == 0 ? path + 12 : NULL;
   if (!rest || !*rest) {
     if (fc_http_require_method(msg, "POST")) post_render(srv, msg);

@@ -299,6 +299,10 @@ static const char *presented_key(fc_server *srv, SoupServerMessage *msg) {
  * a valid key on every control route. A refusal is written at once and the connection closed:
  * libsoup would otherwise go on to read the body. */
 static int check_request(fc_server *srv, SoupServerMessage *msg, const char *path, int api) {
+  if (srv->closing) { /* the server is being torn down: its jobs and sessions are going */
+    refuse_now(msg, 503, "Service Unavailable", "the server is stopping");
+    return 0;
+  }
   SoupMessageHeaders *h = soup_server_message_get_request_headers(msg);
   goffset limit = body_limit(msg, path);
   const char *cl = soup_message_headers_get_one(h, "Content-Length");

@@ -116,6 +116,7 @@ typedef struct fc_server {
   int n_pacers;
   gint next_shard;
   gint stopping;
+  int closing; /* main loop: fc_server_destroy has begun; requests are answered 503 */
   GMutex stat_lock;   /* the pacers' shared counters below */
 
   /* Pacer-written counters, under stat_lock (/metrics copies them under it too). */

@@ -279,6 +279,9 @@ void fc_server_quit(fc_server *srv) { g_main_loop_quit(srv->loop); }
 
 void fc_server_destroy(fc_server *srv) {
   if (!srv) return;
+  /* Requests that arrive while it goes (the listener accepts until the end) get 503 instead of
+   * reaching jobs and tables already freed: SIGTERM under traffic crashed in /api/avatar/task */
+  srv->closing = 1;
   fc_pacer_stop(srv);
   /* Close every session (stops outputs; recordings are finished by the workers) while the
    * HTTP side is still connected: closing completes their event streams. */

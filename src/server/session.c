@@ -57,6 +57,11 @@ fc_session *fc_session_new(fc_server *srv, fc_avatar *av, const char *owner, int
   g_mutex_lock(&srv->lock);
   guint n = g_hash_table_size(srv->sessions);
   g_mutex_unlock(&srv->lock);
+  if (srv->closing) { /* an /offer whose request got in just before the server began to stop */
+    *err = fc_error_set(FC_EBUSY, "the server is stopping");
+    fc_server_avatar_put(srv, av);
+    return NULL;
+  }
   if ((int)n >= srv->p.max_sessions) {
     srv->sessions_rejected++;
     *err =
@@ -350,6 +355,12 @@ void fc_session_add_sse(fc_session *s, SoupServerMessage *msg) {
   g_signal_connect(msg, "finished", G_CALLBACK(sse_finished), s);
 }
 
+static gboolean trim_again(gpointer flag) {
+  malloc_trim(0);
+  *(guint *)flag = 0;
+  return G_SOURCE_REMOVE;
+}
+
 void fc_session_close(fc_session *s, const char *why) {
   fc_server *srv = s->srv;
   g_mutex_lock(&srv->lock);
@@ -405,8 +416,13 @@ void fc_session_close(fc_session *s, const char *why) {
   g_mutex_unlock(&s->out_lock);
   fc_sink_destroy(out);
   /* A session's pipeline frees a few megabytes in many small blocks; hand them back to the
-   * system now, so the resident size tracks the sessions that are open. */
+   * system now, so the resident size tracks the sessions that are open — and once more when
+   * its streaming threads have finished tearing down (they free after this returns: without
+   * the second trim, anonymous RSS after a churn drifted up by ~8 % while malloc's memory in
+   * use stayed flat). */
   malloc_trim(0);
+  static guint trim_later;
+  if (!trim_later) trim_later = g_timeout_add_seconds(3, trim_again, &trim_later);
   if (rec) {
     fc_job *j = g_new0(fc_job, 1);
     j->kind = FC_JOB_RECORD_STOP;

@@ -668,8 +668,48 @@ def tls():
     shutil.rmtree(d, ignore_errors=True)
 
 
+def stop_under_traffic():
+    """SIGTERM while clients keep sending requests to every kind of route: the server stops with
+    exit 0 (requests that arrive while it goes get 503; one reaching the avatar task table after
+    it was freed crashed the server)."""
+    for attempt in range(3):
+        p, port, log = spawn("--max-sessions", "4")
+        stop = threading.Event()
+        paths = [("GET", "/api/avatar/task/nope"), ("GET", "/api/avatar/tasks"), ("GET", "/api/render/nope"),
+                 ("POST", "/offer"), ("POST", "/human"), ("GET", "/metrics"), ("GET", "/healthz")]
+
+        def client(k):
+            i = 0
+            while not stop.is_set():
+                m, path = paths[(k + i) % len(paths)]
+                i += 1
+                body = json.dumps({"sdp": A.offer_sdp(), "type": "offer"} if path == "/offer"
+                                  else {"sessionid": "x", "text": "hi"}) if m == "POST" else None
+                try:
+                    c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                    c.request(m, path, body=body, headers={"Content-Type": "application/json"} if body else {})
+                    c.getresponse().read()
+                    c.close()
+                except (OSError, http.client.HTTPException):
+                    pass
+        ts = [threading.Thread(target=client, args=(k,), daemon=True) for k in range(6)]
+        for t in ts:
+            t.start()
+        time.sleep(1.0 + 0.5 * attempt)
+        p.send_signal(signal.SIGTERM)
+        try:
+            rc = p.wait(20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rc = "hung"
+        stop.set()
+        for t in ts:
+            t.join(10)
+        check(rc == 0, f"SIGTERM under traffic, try {attempt + 1}: exits cleanly ({rc})")
+
+
 SECTIONS = ("connections", "deep_json", "caps", "small_ones", "server_paths", "keys_and_sessions",
-            "connection_handling", "tls")
+            "connection_handling", "tls", "stop_under_traffic")
 
 
 def main():
@@ -697,7 +737,7 @@ def main():
         rc = A.stop(proc)
     check(rc == 0, f"server exits cleanly ({rc})")
     for name, fn in (("keys_and_sessions", keys_and_sessions), ("connection_handling", connection_handling),
-                     ("tls", tls)):
+                     ("tls", tls), ("stop_under_traffic", stop_under_traffic)):
         if want(name):
             fn()
     import shutil
