@@ -233,7 +233,8 @@ async function main() {
   while (!base || Date.now() < churnEnd) {
     await churnRound(browser, srv.url, rep.churn);
     rep.churn.rounds++;
-    await delay(3000);
+    /* past the server's second trim, 3 s after a close (so every sample sees the same state) */
+    await delay(5000);
     const s = await sample(`after round ${rep.churn.rounds}`);
     rep.rounds.push(s);
     if (!first) first = s;
@@ -263,8 +264,8 @@ async function main() {
   rep.churn.fdDelta = endChurn.fds - base.fds;
   rep.churn.threadDelta = endChurn.threads - base.threads;
   /* The bound is on the process's own memory: anonymous RSS. File-backed RSS is library pages
-   * mapped in as code paths run for the first time (a few MB over the first hour, reclaimable,
-   * the same for one session or a thousand); it is reported, not judged. */
+   * (code and data mapped in as code paths first run, reclaimable by the kernel, the same for
+   * one session or a thousand); it is reported, not judged. */
   if (!(rep.churn.anonGrowthPct < 5))
     rep.failures.push(`anonymous RSS grew ${rep.churn.anonGrowthPct.toFixed(1)} % (limit 5 %)`);
   if (Math.abs(rep.churn.fdDelta) > 2) rep.failures.push(`fds ${base.fds} -> ${endChurn.fds}`);
