@@ -69,7 +69,8 @@ static void test_refusals(void) {
   refused(o, "no ICE credentials");
   o = offer("102", h264, FP);
   u = strstr(strstr(o, "m=audio"), "a=ice-pwd:");
-  memcpy(u, "a=ice-xxx:", 10); /* the audio m-line's pwd goes */
+  const char *eol = strstr(u, "\r\n") + 2;
+  memmove(u, eol, strlen(eol) + 1); /* the audio m-line's pwd line goes */
   refused(o, "ice-pwd) for m-line 1");
   /* not UTF-8 */
   o = offer("102", "a=rtpmap:102 H264/90000\r\na=fmtp:102 packetization-mode=1\r\na=x:\xff\r\n", FP);

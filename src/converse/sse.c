@@ -34,7 +34,8 @@ static int take_line(fc_sse_parser *p, int (*cb)(void *, const char *, size_t), 
   int r = 0;
   if (l->len == 0) {
     if (p->has_data) {
-      if (p->data->len && p->data->str[p->data->len - 1] == '\n') g_string_truncate(p->data, p->data->len - 1);
+      GString *d = p->data; /* the last data line's newline is not the event's */
+      if (d->len && d->str[d->len - 1] == '\n') g_string_truncate(d, d->len - 1);
       r = cb(user, p->data->str, p->data->len);
     }
     g_string_truncate(p->data, 0);
@@ -137,8 +138,8 @@ int fc_llm_parse_event(const char *data, size_t n, GString *out, int *finished) 
       JsonObject *c = json_node_get_object(c0);
       JsonNode *d = json_object_get_member(c, "delta");
       if (!d || !JSON_NODE_HOLDS_OBJECT(d)) d = json_object_get_member(c, "message");
-      const char *text = d && JSON_NODE_HOLDS_OBJECT(d) ? str_member(json_node_get_object(d), "content")
-                                                        : NULL;
+      const char *text =
+          d && JSON_NODE_HOLDS_OBJECT(d) ? str_member(json_node_get_object(d), "content") : NULL;
       if (text) g_string_append(out, text);
       if (str_member(c, "finish_reason")) *finished = 1;
     } else if (c0) {

@@ -150,7 +150,8 @@ void fc_session_chat_speak(fc_session *s) {
     if (!l) return;
     fc_speech sp;
     fc_tts_params tp = {.voice = l->voice};
-    int err = g_atomic_int_get(&s->chat_gen) != l->gen ? FC_ECANCELED : fc_tts_speak(l->text, &tp, &sp);
+    int err = g_atomic_int_get(&s->chat_gen) != l->gen ? FC_ECANCELED
+                                                       : fc_tts_speak(l->text, &tp, &sp);
     if (!err) {
       g_mutex_lock(&s->lock);
       if (g_atomic_int_get(&s->chat_gen) != l->gen || g_atomic_int_get(&s->closed))

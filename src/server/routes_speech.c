@@ -52,7 +52,9 @@ void fc_route_human(SoupServer *server, SoupServerMessage *msg, const char *path
    * is taken where "voice" is absent, the rest is for TTS services facecast does not run yet */
   JsonNode *tts = text ? json_object_get_member(o, "tts") : NULL;
   if (tts && !JSON_NODE_HOLDS_NULL(tts)) {
-    JsonNode *tv = JSON_NODE_HOLDS_OBJECT(tts) ? json_object_get_member(json_node_get_object(tts), "voice") : NULL;
+    JsonNode *tv = JSON_NODE_HOLDS_OBJECT(tts)
+                       ? json_object_get_member(json_node_get_object(tts), "voice")
+                       : NULL;
     if (!JSON_NODE_HOLDS_OBJECT(tts) ||
         (tv && !JSON_NODE_HOLDS_NULL(tv) &&
          !(JSON_NODE_HOLDS_VALUE(tv) && json_node_get_value_type(tv) == G_TYPE_STRING))) {
