@@ -322,6 +322,68 @@ static void test_stream_live(void) {
   fc_stream_destroy(st);
 }
 
+/* Streamed speech (a TTS service's pieces): one utterance however many pieces it came in, its
+ * start reported at its first frame, a gap in the audio filled with idle frames without ending
+ * it, its end reported only once closed, padded to a whole frame; interrupt drops it. */
+static void test_stream_open_speech(void) {
+  int err;
+  fc_stream_params p = {.avatar = av, .lipsync = ls, .batch = 4};
+  fc_stream *st = fc_stream_create(&p, &err);
+  FC_REQUIRE(st);
+  fc_frame_info fi;
+  const uint8_t *img;
+  const int16_t *pcm;
+  float tone[8000];
+  for (int i = 0; i < 8000; i++) tone[i] = 0.5f * sinf(i * 0.12f);
+  FC_REQUIRE(live_pull(st, &fi, &img, &pcm) == 0); /* frame 0 idle */
+  FC_REQUIRE(fc_stream_push_audio(st, tone, 100) == 0); /* a partial frame of a microphone */
+  uint32_t id = 0;
+  FC_REQUIRE(fc_stream_open_speech(st, &id) == 0);
+  FC_CHECK(id > 0);
+  /* 1000 samples in three pieces; then a gap */
+  FC_REQUIRE(fc_stream_push_audio(st, tone, 300) == 0);
+  FC_REQUIRE(fc_stream_push_audio(st, tone + 300, 500) == 0);
+  FC_REQUIRE(fc_stream_push_audio(st, tone + 800, 200) == 0);
+  int started = -1, ended = -1, idle_in_gap = 0;
+  for (int i = 1; i < 8; i++) {
+    FC_REQUIRE(live_pull(st, &fi, &img, &pcm) == 0);
+    if (fi.utt_started == id) started = i;
+    if (fi.utt_ended == id) ended = i;
+    if (i == 2) /* the utterance's first frame: its first sample right after the mic's frame */
+      FC_CHECK(abs(pcm[5] - (int)lrintf(tone[5] * 32767)) <= 1);
+    if (i >= 4 && !fi.speaking) idle_in_gap++;
+  }
+  FC_CHECK_INT(started, ==, 2); /* frame 1: the microphone's 100 samples, padded */
+  FC_CHECK_INT(ended, ==, -1);  /* open: the 360-sample tail waits, the gap is idle */
+  FC_CHECK(idle_in_gap >= 3);
+  FC_REQUIRE(fc_stream_push_audio(st, tone + 1000, 500) == 0); /* more, after the gap */
+  fc_stream_close_speech(st);
+  FC_CHECK_INT(fc_stream_pending_frames(st), ==, 2); /* 360 + 500 → 2 frames, padded */
+  for (int i = 0; i < 4; i++) {
+    FC_REQUIRE(live_pull(st, &fi, &img, &pcm) == 0);
+    if (fi.utt_ended == id) ended = (int)fi.index;
+    if (i == 0) FC_CHECK(fi.speaking && abs(pcm[0] - (int)lrintf(tone[640] * 32767)) <= 1);
+  }
+  FC_CHECK_INT(ended, ==, 9);
+  /* closed after all of it went out: a frame of silence carries the end */
+  FC_REQUIRE(fc_stream_open_speech(st, &id) == 0);
+  FC_REQUIRE(fc_stream_push_audio(st, tone, 640) == 0);
+  FC_REQUIRE(fc_stream_next_frame(st, &fi, &img, &pcm) == 0);
+  FC_CHECK(fi.utt_started == id && fi.utt_ended == 0);
+  fc_stream_close_speech(st);
+  FC_REQUIRE(fc_stream_next_frame(st, &fi, &img, &pcm) == 0);
+  FC_CHECK(fi.utt_ended == id && pcm[0] == 0);
+  /* interrupt drops an open one; audio after it is plain streamed audio */
+  FC_REQUIRE(fc_stream_open_speech(st, &id) == 0);
+  FC_REQUIRE(fc_stream_push_audio(st, tone, 1280) == 0);
+  FC_REQUIRE(fc_stream_next_frame(st, &fi, &img, &pcm) == 0);
+  FC_CHECK_INT(fc_stream_interrupt(st), ==, id);
+  FC_REQUIRE(fc_stream_push_audio(st, tone, 640) == 0);
+  FC_REQUIRE(fc_stream_next_frame(st, &fi, &img, &pcm) == 0);
+  FC_CHECK(fi.speaking && fi.utt_started == 0 && fi.utt_ended == 0);
+  fc_stream_destroy(st);
+}
+
 int main(void) {
   int err;
   fc_avatar_params p = fc_avatar_params_default();
@@ -343,6 +405,7 @@ int main(void) {
   FC_RUN(test_stream_speech_vs_silence);
   FC_RUN(test_stream_partial_and_again);
   FC_RUN(test_stream_live);
+  FC_RUN(test_stream_open_speech);
   fc_lipsync_destroy(ls);
   fc_avatar_destroy(av);
   FC_TEST_EXIT();

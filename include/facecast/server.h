@@ -50,6 +50,20 @@ typedef struct fc_server_params {
   const char *llm_model;   /* NULL = "gpt-4o-mini" */
   const char *llm_system;  /* the system prompt; NULL = a short one asking for spoken answers */
   int llm_timeout_s;       /* connect, and between two pieces of the answer; 0 = 30 */
+  /* Voices (/human echo and chat): a TTS service instead of the embedded espeak-ng voice,
+   * which stays the fallback for any sentence the service fails (src/speech/voice.h). */
+  const char *tts;           /* NULL/"espeak", openai, edge, gpt-sovits, cosyvoice, fish */
+  const char *tts_url;       /* the service; NULL = its usual address */
+  const char *tts_key;       /* bearer token, never logged; NULL = none */
+  const char *tts_model;     /* openai's model; NULL = "tts-1" */
+  const char *tts_voice;     /* the default voice when a request names none */
+  const char *tts_ref_audio; /* reference audio for cloning (a WAV here; gpt-sovits: a path on
+                              * its server; fish: a WAV here or a reference id) */
+  const char *tts_ref_text;  /* what the reference says */
+  const char *tts_lang;      /* gpt-sovits' text_lang/prompt_lang; NULL = "auto" */
+  int tts_rate;              /* rate of headerless PCM; 0 = the provider's */
+  int tts_timeout_s;         /* connect, and between two pieces of audio; 0 = 10 */
+  const char *tts_edge_version; /* edge: Sec-MS-GEC-Version; NULL = a recent Edge's */
   int solo_batches;        /* benchmarks: no cross-session batching — each session runs its own
                             * batches of 16 frames, one backend call at a time (LiveTalking's
                             * design), instead of the device scheduler */

@@ -65,6 +65,15 @@ int fc_stream_push_speech(fc_stream *s, const float *pcm, size_t n, const fc_pho
  * as 640 samples are there. Same bound and errors as push_speech. */
 int fc_stream_push_audio(fc_stream *s, const float *pcm, size_t n);
 
+/* Streamed speech (a TTS service's audio as it arrives): opens an utterance that starts on a
+ * frame boundary and takes every fc_stream_push_audio until fc_stream_close_speech, which pads
+ * it to a whole frame. Its start is reported like push_speech's, its end only once closed (a
+ * gap in the audio meanwhile is idle frames, not its end). The mouth follows the audio (no
+ * phonemes; a neural backend's mel windows look 200 ms ahead, or to the end once closed).
+ * Opening, or push_speech, closes one still open; interrupt drops it. */
+int fc_stream_open_speech(fc_stream *s, uint32_t *id);
+void fc_stream_close_speech(fc_stream *s);
+
 /* No more speech will come: the last partial frame is padded, then FC_EEOF. */
 void fc_stream_end(fc_stream *s);
 

@@ -20,13 +20,20 @@ static void serve_usage(FILE *f) {
         "                      [--write-timeout S]\n"
         "                      [--api-keys FILE] [--media-dir DIR[:DIR...]] [--metrics-session-ids]\n"
         "                      [--llm-url URL] [--llm-model NAME] [--llm-system TEXT]\n"
-        "                      [--llm-timeout S] [--config FILE] [--quiet]\n"
+        "                      [--llm-timeout S] [--tts PROVIDER] [--tts-url URL]\n"
+        "                      [--tts-voice NAME] [--tts-model NAME] [--tts-ref-audio PATH]\n"
+        "                      [--tts-ref-text TEXT] [--tts-lang LANG] [--tts-rate HZ]\n"
+        "                      [--tts-timeout S] [--tts-edge-version V] [--config FILE] [--quiet]\n"
         "\n"
         "Open http://HOST:PORT/ in a browser, press Connect and type a sentence.\n"
         "Chat (/human type=chat) needs an OpenAI-compatible LLM: --llm-url (default\n"
         "$OPENAI_BASE_URL, or https://api.openai.com/v1 when only $OPENAI_API_KEY is set),\n"
         "--llm-model (default $LLM_MODEL, else gpt-4o-mini); the key comes from\n"
         "$OPENAI_API_KEY only (never a flag: flags show in ps).\n"
+        "Voices: --tts espeak (embedded, the default), openai, edge, gpt-sovits, cosyvoice or\n"
+        "fish (LiveTalking's edgetts and fishtts too), at --tts-url (default: the service's\n"
+        "usual local address; edge: Microsoft's); its key from $TTS_API_KEY (openai: else\n"
+        "$OPENAI_API_KEY). A sentence the service fails is spoken by espeak-ng.\n"
         "--config FILE: a YAML file of these options (e.g. 'api_keys: /etc/facecast/keys',\n"
         "'quiet: true', 'media_dir: [/srv/a, /srv/b]'); options given here override it.\n",
         f);
@@ -85,6 +92,16 @@ int fc_cmd_serve(int argc, char **argv) {
                                        {"llm-model", required_argument, 0, 1013},
                                        {"llm-system", required_argument, 0, 1014},
                                        {"llm-timeout", required_argument, 0, 1015},
+                                       {"tts", required_argument, 0, 1016},
+                                       {"tts-url", required_argument, 0, 1017},
+                                       {"tts-voice", required_argument, 0, 1018},
+                                       {"tts-model", required_argument, 0, 1019},
+                                       {"tts-ref-audio", required_argument, 0, 1020},
+                                       {"tts-ref-text", required_argument, 0, 1021},
+                                       {"tts-lang", required_argument, 0, 1022},
+                                       {"tts-rate", required_argument, 0, 1023},
+                                       {"tts-timeout", required_argument, 0, 1024},
+                                       {"tts-edge-version", required_argument, 0, 1025},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   fc_server_params p = fc_server_params_default();
@@ -160,6 +177,20 @@ int fc_cmd_serve(int argc, char **argv) {
     case 1015:
       if ((err = int_opt("--llm-timeout", optarg, 1, 3600, &p.llm_timeout_s))) return fc_cli_fail(err);
       break;
+    case 1016: p.tts = optarg; break;
+    case 1017: p.tts_url = optarg; break;
+    case 1018: p.tts_voice = optarg; break;
+    case 1019: p.tts_model = optarg; break;
+    case 1020: p.tts_ref_audio = optarg; break;
+    case 1021: p.tts_ref_text = optarg; break;
+    case 1022: p.tts_lang = optarg; break;
+    case 1023:
+      if ((err = int_opt("--tts-rate", optarg, 8000, 192000, &p.tts_rate))) return fc_cli_fail(err);
+      break;
+    case 1024:
+      if ((err = int_opt("--tts-timeout", optarg, 1, 600, &p.tts_timeout_s))) return fc_cli_fail(err);
+      break;
+    case 1025: p.tts_edge_version = optarg; break;
     case 'h': serve_usage(stdout); return FC_EXIT_OK;
     default:
       fprintf(stderr, "facecast: error: serve: unknown or incomplete option '%s'\n",
@@ -173,6 +204,9 @@ int fc_cmd_serve(int argc, char **argv) {
   if (!p.llm_url && env_key && *env_key) p.llm_url = "https://api.openai.com/v1";
   if (env_key && *env_key) p.llm_key = env_key;
   if (!p.llm_model && getenv("LLM_MODEL") && *getenv("LLM_MODEL")) p.llm_model = getenv("LLM_MODEL");
+  const char *tts_key = getenv("TTS_API_KEY");
+  if (tts_key && *tts_key) p.tts_key = tts_key;
+  else if (p.tts && !g_ascii_strcasecmp(p.tts, "openai")) p.tts_key = env_key;
   /* Each WebRTC session brings a dozen GStreamer threads, and glibc gives busy threads
    * arenas of their own (up to 8 per core), which then hold freed memory: resident memory
    * would creep up with every session opened and closed. A few arenas per core are plenty. */

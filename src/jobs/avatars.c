@@ -108,7 +108,7 @@ static int under_media_dirs(const fc_server *srv, const char *real) {
  * resolved path in *resolved, or the HTTP status after answering (403: outside or no folders;
  * 404; 400: not a regular file). The answer never says whether a path outside the folders
  * exists: the path is checked as written before anything is looked up. */
-static int media_path_check(fc_server *srv, SoupServerMessage *msg, const char *path,
+int fc_media_path_check(fc_server *srv, SoupServerMessage *msg, const char *path,
                             char **resolved) {
   *resolved = NULL;
   if (!srv->p.media_dirs) {
@@ -364,7 +364,7 @@ static void post_json(fc_server *srv, SoupServerMessage *msg) {
                json_node_get_value_type(vn) == G_TYPE_STRING;
       char *real = NULL;
       if (!ok) bad = "each clip needs a 'name' and a 'video_path' (strings)";
-      else if (media_path_check(srv, msg, json_node_get_string(vn), &real)) answered = 1;
+      else if (fc_media_path_check(srv, msg, json_node_get_string(vn), &real)) answered = 1;
       else cn[nclips] = g_strdup(json_node_get_string(nn)), cf[nclips++] = real;
     }
   }
@@ -374,7 +374,7 @@ static void post_json(fc_server *srv, SoupServerMessage *msg) {
   else if (!v[0]) fc_http_error(msg, 400, "'avatar_id' is required");
   else if (!src) fc_http_error(msg, 400, "'video_path' or 'image_path' is required (or upload 'file' as multipart)");
   else if (!crop_of(v[3], &crop)) fc_http_error(msg, 400, "'img_size' must be 96 or 256");
-  else if (!media_path_check(srv, msg, src, &real)) {
+  else if (!fc_media_path_check(srv, msg, src, &real)) {
     start_task(srv, msg, v[0], v[4], g_strdup(real), 0, -1, crop, overwrite, nclips, cn, cf);
     nclips = 0;
   }

@@ -102,6 +102,9 @@ typedef struct fc_server {
   int gpu; /* the lip-sync devices are GPUs: a frame costs a batch's round trip, not CPU work */
 
   struct fc_llm *llm;     /* chat.c: the LLM for /human type=chat; NULL without --llm-url */
+  struct fc_voice *voice; /* say.c: the TTS service; NULL: the embedded espeak-ng voice */
+  GThreadPool *say_workers; /* with a TTS service, FC_JOB_SAY runs here: its threads wait on
+                             * the network for whole sentences, the compute pool must not */
   struct fc_keys *keys;   /* --api-keys: control routes want a key; NULL: open server */
   GMutex lock;            /* sessions table */
   GHashTable *sessions;   /* id → fc_session* (one reference) */
@@ -158,16 +161,22 @@ struct fc_session {
   int fill_queued;
   uint32_t pushed_utt; /* utterance whose first frame the pacer pushed and last not yet */
 
-  /* Conversation (chat.c). chat and chat_voice: main loop only. chat_q: sentences waiting to
-   * be spoken, emptied in order by one FC_JOB_SAY job (chat_job set while one is queued or
-   * running), both under chat_lock. chat_gen: bumped under s->lock when a turn is cancelled;
-   * a sentence is pushed only if chat_gen has not changed since it was queued. */
+  /* Conversation (chat.c). chat and chat_tts: main loop only. chat_q: sentences waiting to
+   * be spoken (the chat's, and /human echo's when a TTS service speaks), emptied in order by
+   * one FC_JOB_SAY job (chat_job set while one is queued or running), both under chat_lock,
+   * and so is say_cancel, the TTS request running now. chat_gen: bumped under s->lock when a
+   * turn is cancelled; a sentence is pushed only if chat_gen has not changed since it was
+   * queued. ref_audio/ref_text: the session's reference voice (POST /offer refaudio, reftext),
+   * set before anyone else sees the session. */
   struct fc_chat *chat;
-  char *chat_voice;
+  struct fc_say_opts *chat_tts;
   GMutex chat_lock;
   GQueue chat_q;
   int chat_job;
   gint chat_gen;
+  GCancellable *say_cancel;
+  char *ref_audio, *ref_text;
+  int ref_local; /* ref_audio was checked to lie under a --media-dir */
 
   /* lip-sync through the pool: the pulling thread waits until its frames are done */
   fc_lipsync_client *lsc;
@@ -229,6 +238,9 @@ void fc_session_add_sse(fc_session *s, SoupServerMessage *msg);
 void fc_session_send_sse(fc_session *s, const char *type, uint32_t utt);
 /* Main loop: writes "event: NAME" with one JSON object as its data to the SSE clients. */
 void fc_session_send_sse_json(fc_session *s, const char *name, const char *json);
+/* The same from any thread: sent from the main loop, after events posted before it. name must
+ * be a string literal (kept by pointer). */
+void fc_session_post_sse_json(fc_session *s, const char *name, const char *json);
 
 /* chat.c: conversation. fc_server_llm_start makes srv->llm when --llm-url is set. The session
  * functions run on the main loop: _say starts a turn answering text (FC_EUNSUPPORTED without an
@@ -236,10 +248,34 @@ void fc_session_send_sse_json(fc_session *s, const char *name, const char *json)
  * by fc_session_interrupt; returns the turn cancelled, 0 if none), _free at close. _speak is
  * the FC_JOB_SAY job (worker). */
 int fc_server_llm_start(fc_server *srv, int *err);
-int fc_session_chat_say(fc_session *s, const char *text, const char *voice, uint32_t *turn);
+/* What a request says about its voice (LiveTalking's "tts" object and facecast's "voice");
+ * NULL fields: the session's, then the server's. ref_local: ref_audio may be read from this
+ * machine (checked to lie under a --media-dir). */
+typedef struct fc_say_opts {
+  char *voice, *emotion, *ref_audio, *ref_text;
+  int ref_local;
+} fc_say_opts;
+void fc_say_opts_free(fc_say_opts *o);
+fc_say_opts *fc_say_opts_copy(const fc_say_opts *o);
+int fc_server_voice_start(fc_server *srv, int *err);
+/* Parses a request's voice: "voice" and LiveTalking's "tts" object ({voice, emotion, ref_file,
+ * ref_text}) of o, plus refaudio/reftext when session_keys (POST /offer). Reference audio the
+ * provider reads from this machine must lie under a --media-dir. 0, or -1 after answering. */
+int fc_http_say_opts(fc_server *srv, SoupServerMessage *msg, JsonObject *o, int session_keys,
+                     fc_say_opts *out);
+/* jobs/avatars.c: a server path a request may name: under a --media-dir, existing, a regular
+ * file. 0 with the resolved path in *resolved (free()), or the HTTP status after answering. */
+int fc_media_path_check(fc_server *srv, SoupServerMessage *msg, const char *path,
+                        char **resolved);
+int fc_session_chat_say(fc_session *s, const char *text, const fc_say_opts *tts, uint32_t *turn);
+/* /human echo through a TTS service: text cut into sentences and queued like the chat's. */
+int fc_session_say_text(fc_session *s, const char *text, const fc_say_opts *tts);
 uint32_t fc_session_chat_cancel(fc_session *s);
 void fc_session_chat_free(fc_session *s);
-void fc_session_chat_speak(fc_session *s);
+/* say.c: the session's queue of sentences to speak (see its opening note). */
+void fc_session_say_line(fc_session *s, uint32_t turn, const char *text, const fc_say_opts *tts);
+int fc_session_say_cancel(fc_session *s); /* returns how many queued sentences it dropped */
+void fc_session_say_run(fc_session *s);   /* the FC_JOB_SAY job */
 
 /* server.c: the avatar a session asked for — NULL, "", "default" or the server's own id: the
  * server's avatar; another id: that avatar's pack in fc_avatar_dir(), opened on first use and

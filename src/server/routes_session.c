@@ -118,7 +118,7 @@ static gboolean connect_timeout(gpointer data) {
 
 /* Creates a session for an SDP offer and pauses msg until the answer is ready. */
 static void start_session(fc_server *srv, SoupServerMessage *msg, const char *sdp, int whep,
-                          fc_avatar *av) {
+                          fc_avatar *av, fc_say_opts *ref) {
   int err;
   fc_session *s = fc_session_new(srv, av, fc_http_owner(msg), &err);
   if (!s) {
@@ -126,6 +126,11 @@ static void start_session(fc_server *srv, SoupServerMessage *msg, const char *sd
     return;
   }
   s->whep = whep;
+  if (ref) { /* LiveTalking's refaudio/reftext: the session's voice to clone */
+    s->ref_audio = g_strdup(ref->ref_audio);
+    s->ref_text = g_strdup(ref->ref_text);
+    s->ref_local = ref->ref_local;
+  }
   s->offer_msg = g_object_ref(msg);
   soup_server_message_pause(msg);
   fc_live_params lp = fc_session_live_params(srv, s, FC_LIVE_WEBRTC);
@@ -164,16 +169,22 @@ void fc_route_offer(SoupServer *server, SoupServerMessage *msg, const char *path
   const char *sdp = fc_http_str_member(msg, o, "sdp");
   const char *type = sdp ? fc_http_str_member(msg, o, "type") : NULL;
   const char *avname = NULL;
+  fc_say_opts ref = {0};
   if (type && strcmp(type, "offer") != 0) {
     fc_http_error(msg, 400, "'type' must be \"offer\"");
-  } else if (type && !fc_http_opt_str(msg, o, "avatar", &avname)) {
+  } else if (type && !fc_http_opt_str(msg, o, "avatar", &avname) &&
+             !fc_http_say_opts(srv, msg, o, 1, &ref)) {
     int err = 0;
     fc_avatar *a = fc_server_avatar_get(srv, avname, &err);
     if (!a)
       fc_http_error(msg, err == FC_ENOTFOUND ? 404 : 400, "%s", fc_error_detail(err));
     else
-      start_session(srv, msg, sdp, 0, a);
+      start_session(srv, msg, sdp, 0, a, &ref);
   }
+  g_free(ref.voice);
+  g_free(ref.emotion);
+  g_free(ref.ref_audio);
+  g_free(ref.ref_text);
   g_object_unref(jp);
 }
 
@@ -212,7 +223,7 @@ void fc_route_whep(SoupServer *server, SoupServerMessage *msg, const char *path,
   if (!a)
     fc_http_error(msg, err == FC_ENOTFOUND ? 404 : 400, "%s", fc_error_detail(err));
   else
-    start_session(srv, msg, sdp, 1, a);
+    start_session(srv, msg, sdp, 1, a, NULL);
   g_free(sdp);
 }
 

@@ -4,10 +4,12 @@
 #include "facecast/error.h"
 #include "server/internal.h"
 #include "server/listener.h"
+#include "speech/voice.h"
 
 #include <json-glib/json-glib.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Text of one /human request: more than a session queues anyway (120 s of speech), small
@@ -16,16 +18,94 @@
 
 /* ---- speech ----------------------------------------------------------------------------- */
 
+/* A voice name: espeak's are short ASCII names; a service's may be anything printable
+ * ("zh-CN-YunxiaNeural", "alloy", CosyVoice's "中文女"). */
+static int bad_voice(const fc_server *srv, const char *v) {
+  if (!srv->voice)
+    return !*v || strlen(v) > 64 ||
+           strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_+") !=
+               strlen(v);
+  if (!*v || strlen(v) > 128 || !g_utf8_validate(v, -1, NULL)) return 1;
+  for (const char *p = v; *p; p++)
+    if ((unsigned char)*p < 32 || *p == 127) return 1;
+  return 0;
+}
+
+/* A string member of o (absent or null: *out stays NULL): 0, or -1 after answering. */
+static int opt_text(SoupServerMessage *msg, JsonObject *o, const char *obj, const char *name,
+                    size_t max, char **out) {
+  JsonNode *n = o ? json_object_get_member(o, name) : NULL;
+  if (!n || JSON_NODE_HOLDS_NULL(n)) return 0;
+  const char *v = JSON_NODE_HOLDS_VALUE(n) && json_node_get_value_type(n) == G_TYPE_STRING
+                      ? json_node_get_string(n)
+                      : NULL;
+  if (!v || strlen(v) > max) {
+    fc_http_error(msg, 400, "'%s%s%s' must be a string of at most %zu bytes", obj ? obj : "",
+                  obj ? "." : "", name, max);
+    return -1;
+  }
+  g_free(*out);
+  *out = g_strdup(v);
+  return 0;
+}
+
+int fc_http_say_opts(fc_server *srv, SoupServerMessage *msg, JsonObject *o, int session_keys,
+                     fc_say_opts *out) {
+  memset(out, 0, sizeof *out);
+  JsonNode *tn = json_object_get_member(o, "tts");
+  JsonObject *t = NULL;
+  if (tn && !JSON_NODE_HOLDS_NULL(tn)) {
+    if (!JSON_NODE_HOLDS_OBJECT(tn)) {
+      fc_http_error(msg, 400, "'tts' must be an object ({\"voice\": ..., \"emotion\": ...})");
+      return -1;
+    }
+    t = json_node_get_object(tn);
+  }
+  /* LiveTalking's per-request fields, then facecast's own, which win */
+  if (opt_text(msg, t, "tts", "voice", 256, &out->voice) ||
+      opt_text(msg, t, "tts", "emotion", 256, &out->emotion) ||
+      opt_text(msg, t, "tts", "ref_file", 4096, &out->ref_audio) ||
+      opt_text(msg, t, "tts", "ref_text", 4096, &out->ref_text) ||
+      opt_text(msg, o, NULL, "voice", 256, &out->voice) ||
+      (session_keys && (opt_text(msg, o, NULL, "refaudio", 4096, &out->ref_audio) ||
+                        opt_text(msg, o, NULL, "reftext", 4096, &out->ref_text))))
+    goto fail;
+  if (out->voice && bad_voice(srv, out->voice)) {
+    fc_http_error(msg, 400, srv->voice ? "'voice' must be printable UTF-8 of at most 128 bytes"
+                                       : "'voice' must be a voice name such as \"en\" or \"de\"");
+    goto fail;
+  }
+  if (out->ref_audio && srv->voice) {
+    int kind = fc_voice_ref_kind(srv->voice);
+    if (kind == FC_VOICE_REF_FILE || (kind == FC_VOICE_REF_EITHER && g_path_is_absolute(out->ref_audio))) {
+      char *real = NULL;
+      if (fc_media_path_check(srv, msg, out->ref_audio, &real)) goto fail;
+      g_free(out->ref_audio);
+      out->ref_audio = g_strdup(real);
+      free(real);
+      out->ref_local = 1;
+    }
+  }
+  return 0;
+fail:
+  g_free(out->voice);
+  g_free(out->emotion);
+  g_free(out->ref_audio);
+  g_free(out->ref_text);
+  memset(out, 0, sizeof *out);
+  return -1;
+}
+
 /* /human type=chat: the LLM answers, sentence by sentence into speech (chat.c); answered at
  * once with the turn's number, the rest comes as SSE "chat" events. */
-static void human_chat(SoupServerMessage *msg, fc_session *s, const char *text, const char *voice,
-                       int interrupt) {
+static void human_chat(SoupServerMessage *msg, fc_session *s, const char *text,
+                       const fc_say_opts *tts, int interrupt) {
   if (interrupt && s->srv->llm) {
     fc_session_chat_cancel(s);
     fc_session_interrupt(s);
   }
   uint32_t turn = 0;
-  int err = fc_session_chat_say(s, text, voice, &turn);
+  int err = fc_session_chat_say(s, text, tts, &turn);
   if (err) {
     fc_http_error(msg, err == FC_EUNSUPPORTED ? 501 : fc_http_status_of(err), "%s",
                   fc_error_detail(err));
@@ -45,25 +125,10 @@ void fc_route_human(SoupServer *server, SoupServerMessage *msg, const char *path
   if (!o) return;
   fc_session *s = fc_http_session_of(srv, msg, o);
   const char *text = s ? fc_http_str_member(msg, o, "text") : NULL;
-  const char *type = NULL, *voice = NULL;
-  if (text && (fc_http_opt_str(msg, o, "type", &type) || fc_http_opt_str(msg, o, "voice", &voice)))
+  const char *type = NULL;
+  fc_say_opts tts = {0};
+  if (text && (fc_http_opt_str(msg, o, "type", &type) || fc_http_say_opts(srv, msg, o, 0, &tts)))
     text = NULL;
-  /* LiveTalking's per-request TTS settings: {"tts": {"voice": …, "emotion": …, …}}; its voice
-   * is taken where "voice" is absent, the rest is for TTS services facecast does not run yet */
-  JsonNode *tts = text ? json_object_get_member(o, "tts") : NULL;
-  if (tts && !JSON_NODE_HOLDS_NULL(tts)) {
-    JsonNode *tv = JSON_NODE_HOLDS_OBJECT(tts)
-                       ? json_object_get_member(json_node_get_object(tts), "voice")
-                       : NULL;
-    if (!JSON_NODE_HOLDS_OBJECT(tts) ||
-        (tv && !JSON_NODE_HOLDS_NULL(tv) &&
-         !(JSON_NODE_HOLDS_VALUE(tv) && json_node_get_value_type(tv) == G_TYPE_STRING))) {
-      fc_http_error(msg, 400, "'tts' must be an object whose 'voice' is a string");
-      text = NULL;
-    } else if (!voice && tv && !JSON_NODE_HOLDS_NULL(tv)) {
-      voice = json_node_get_string(tv);
-    }
-  }
   if (!type) type = "echo";
   if (text) {
     JsonNode *in = json_object_get_member(o, "interrupt");
@@ -82,12 +147,20 @@ void fc_route_human(SoupServer *server, SoupServerMessage *msg, const char *path
       fc_http_error(msg, 413,
                     "'text' is %zu bytes: at most %d per request (a session queues at most "
                     "120 s of speech)", len, MAX_TEXT);
-    } else if (voice && (!*voice || strlen(voice) > 64 || strspn(voice, "abcdefghijklmnopqrstuvwxyz"
-                                                                     "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                                                     "0123456789-_+") != strlen(voice))) {
-      fc_http_error(msg, 400, "'voice' must be a voice name such as \"en\" or \"de\"");
     } else if (chat) {
-      human_chat(msg, s, text, voice, interrupt);
+      human_chat(msg, s, text, &tts, interrupt);
+    } else if (srv->voice) {
+      /* a TTS service: sentence by sentence into the session's queue, each spoken as its
+       * audio arrives (say.c); answered at once, as LiveTalking does */
+      if (interrupt) {
+        fc_session_chat_cancel(s);
+        fc_session_interrupt(s);
+      }
+      int err = fc_session_say_text(s, text, &tts);
+      if (err)
+        fc_http_error(msg, fc_http_status_of(err), "%s", fc_error_detail(err));
+      else
+        fc_http_ok(msg, NULL);
     } else {
       if (interrupt) fc_session_chat_cancel(s); /* the LLM's turn stops too */
       fc_job *j = g_new0(fc_job, 1);
@@ -95,11 +168,15 @@ void fc_route_human(SoupServer *server, SoupServerMessage *msg, const char *path
       j->s = s;
       fc_session_ref(s);
       j->text = g_strdup(text);
-      j->voice = g_strdup(voice);
+      j->voice = g_strdup(tts.voice);
       j->interrupt = interrupt;
       fc_http_queue_paused(srv, msg, j);
     }
   }
+  g_free(tts.voice);
+  g_free(tts.emotion);
+  g_free(tts.ref_audio);
+  g_free(tts.ref_text);
   if (s) fc_session_unref(s);
   g_object_unref(jp);
 }

@@ -3,6 +3,7 @@
 #include "converse/llm.h"
 #include "core/stale.h"
 #include "server/internal.h"
+#include "speech/voice.h"
 #include "server/keys.h"
 #include "server/listener.h"
 
@@ -217,7 +218,7 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
   g_thread_pool_set_sort_function(srv->workers, job_order, NULL);
 
   if (srv->p.api_keys && !(srv->keys = fc_keys_load(srv->p.api_keys, err))) goto fail;
-  if (fc_server_llm_start(srv, err)) goto fail;
+  if (fc_server_llm_start(srv, err) || fc_server_voice_start(srv, err)) goto fail;
   if (srv->p.media_dirs) { /* each an absolute folder: a relative one would never match */
     gchar **dirs = g_strsplit(srv->p.media_dirs, ":", -1);
     int bad = 0;
@@ -298,6 +299,7 @@ void fc_server_destroy(fc_server *srv) {
     fc_session_unref(v);
   }
   if (srv->soup) soup_server_disconnect(srv->soup);
+  if (srv->say_workers) g_thread_pool_free(srv->say_workers, FALSE, TRUE); /* cancelled */
   if (srv->workers) g_thread_pool_free(srv->workers, FALSE, TRUE);
   fc_avatar_tasks_free(srv);
   fc_render_tasks_free(srv);
@@ -327,6 +329,7 @@ void fc_server_destroy(fc_server *srv) {
   g_free(srv->record_dir);
   fc_keys_free(srv->keys);
   fc_llm_destroy(srv->llm); /* after the sessions: their chats used it */
+  fc_voice_destroy(srv->voice);
   if (srv->loop) g_main_loop_unref(srv->loop);
   if (srv->ctx) g_main_context_unref(srv->ctx);
   g_mutex_clear(&srv->lock);

@@ -152,6 +152,8 @@ void fc_session_unref(fc_session *s) {
   g_mutex_clear(&s->q_lock);
   g_mutex_clear(&s->out_lock);
   g_queue_clear(&s->chat_q); /* emptied at close */
+  g_free(s->ref_audio);
+  g_free(s->ref_text);
   g_mutex_clear(&s->chat_lock);
   g_free(s);
 }
@@ -285,24 +287,29 @@ typedef struct sse_event {
   fc_session *s;
   const char *type;
   uint32_t utt;
+  char *json; /* an event named type with this data (fc_session_post_sse_json) */
 } sse_event;
 
 static gboolean deliver_event(gpointer data) {
   sse_event *ev = data;
-  fc_session_send_sse(ev->s, ev->type, ev->utt);
+  if (ev->json)
+    fc_session_send_sse_json(ev->s, ev->type, ev->json);
+  else
+    fc_session_send_sse(ev->s, ev->type, ev->utt);
   return G_SOURCE_REMOVE;
 }
 
 static void free_event(gpointer data) {
   sse_event *ev = data;
   fc_session_unref(ev->s);
+  g_free(ev->json);
   g_free(ev);
 }
 
-void fc_session_post_event(fc_session *s, const char *type, uint32_t utt) {
+static void post_event(fc_session *s, const char *type, uint32_t utt, const char *json) {
   sse_event *ev = g_new(sse_event, 1);
   fc_session_ref(s);
-  *ev = (sse_event){s, type, utt};
+  *ev = (sse_event){s, type, utt, g_strdup(json)};
   /* An idle source rather than g_main_context_invoke, which would run at once on the main
    * thread and could overtake a start event the pacer queued before. */
   GSource *src = g_idle_source_new();
@@ -310,6 +317,14 @@ void fc_session_post_event(fc_session *s, const char *type, uint32_t utt) {
   g_source_set_callback(src, deliver_event, ev, free_event);
   g_source_attach(src, s->srv->ctx);
   g_source_unref(src);
+}
+
+void fc_session_post_event(fc_session *s, const char *type, uint32_t utt) {
+  post_event(s, type, utt, NULL);
+}
+
+void fc_session_post_sse_json(fc_session *s, const char *name, const char *json) {
+  post_event(s, name, 0, json);
 }
 
 void fc_session_send_sse(fc_session *s, const char *type, uint32_t utt) {

@@ -90,7 +90,7 @@ void fc_job_run(gpointer data, gpointer user) {
   fc_error_clear();
   switch (j->kind) {
   case FC_JOB_FILL: fc_session_fill(j->s); break;
-  case FC_JOB_SAY: fc_session_chat_speak(j->s); break;
+  case FC_JOB_SAY: fc_session_say_run(j->s); break;
   case FC_JOB_SPEAK: {
     fc_speech sp;
     fc_tts_params tp = {.voice = j->voice};
@@ -139,7 +139,8 @@ void fc_job_run(gpointer data, gpointer user) {
 
 int fc_job_push(fc_server *srv, fc_job *j) {
   GError *e = NULL;
-  if (g_thread_pool_push(srv->workers, j, &e)) return FC_OK;
+  GThreadPool *pool = j->kind == FC_JOB_SAY && srv->say_workers ? srv->say_workers : srv->workers;
+  if (g_thread_pool_push(pool, j, &e)) return FC_OK;
   int err = fc_error_set(FC_ENOMEM, "cannot queue work: %s", e->message);
   g_error_free(e);
   fc_job_free(j);

@@ -31,6 +31,8 @@ typedef struct utterance {
   uint32_t id;
   int64_t start, end; /* samples relative to the FIFO head; end exclusive */
   int started;        /* its first frame has been produced */
+  int open;           /* streamed speech still arriving (fc_stream_open_speech): it grows with
+                       * every push and its end is not reported until it is closed */
   float *mel;         /* backends that need it: the utterance's whole mel (owned) */
   size_t mel_cols;
 } utterance;
@@ -186,6 +188,7 @@ static int fifo_append(fc_stream *s, const float *pcm, size_t n, size_t pad) {
   memcpy(s->pcm + s->head + s->len, pcm, n * sizeof(float));
   memset(s->pcm + s->head + s->len + n, 0, pad * sizeof(float));
   s->len += n + pad;
+  if (s->n_utt && s->utt[s->n_utt - 1].open) s->utt[s->n_utt - 1].end = (int64_t)s->len;
   return FC_OK;
 }
 
@@ -193,6 +196,7 @@ int fc_stream_push_speech(fc_stream *s, const float *pcm, size_t n, const fc_pho
                           size_t n_ph, uint32_t *id) {
   if (id) *id = 0;
   if (n == 0) return fc_error_set(FC_EINVAL, "stream: empty utterance");
+  fc_stream_close_speech(s);
   /* A streamed tail that is not a whole frame gets finished with silence first, so the
    * utterance starts on a frame boundary. */
   size_t tail = s->len % SPF, lead = tail ? SPF - tail : 0;
@@ -211,7 +215,7 @@ int fc_stream_push_speech(fc_stream *s, const float *pcm, size_t n, const fc_pho
   s->n_ph += n_ph;
   uint32_t uid = s->next_utt_id++;
   if (!s->next_utt_id) s->next_utt_id = 1;
-  utterance ut = {uid, start, start + (int64_t)n, 0, NULL, 0};
+  utterance ut = {uid, start, start + (int64_t)n, 0, 0, NULL, 0};
   if (s->mel) {
     /* The whole utterance's mel, as Wav2Lip computes it for a file: frames then take windows
      * of it, looking 200 ms ahead, with the same edges. */
@@ -232,7 +236,43 @@ int fc_stream_push_audio(fc_stream *s, const float *pcm, size_t n) {
   return fifo_append(s, pcm, n, 0);
 }
 
-void fc_stream_end(fc_stream *s) { s->ended = 1; }
+int fc_stream_open_speech(fc_stream *s, uint32_t *id) {
+  if (id) *id = 0;
+  fc_stream_close_speech(s);
+  if (s->ended) return fc_error_set(FC_EINVAL, "stream: speech pushed after the end");
+  size_t tail = s->len % SPF, lead = tail ? SPF - tail : 0;
+  int err;
+  if ((err = reserve((void **)&s->utt, &s->cap_utt, s->n_utt + 1, sizeof(utterance), 8)) ||
+      (lead && (err = fifo_append(s, NULL, 0, lead))))
+    return err;
+  uint32_t uid = s->next_utt_id++;
+  if (!s->next_utt_id) s->next_utt_id = 1;
+  s->utt[s->n_utt++] = (utterance){uid, (int64_t)s->len, (int64_t)s->len, 0, 1, NULL, 0};
+  if (id) *id = uid;
+  return FC_OK;
+}
+
+void fc_stream_close_speech(fc_stream *s) {
+  utterance *ut = s->n_utt ? &s->utt[s->n_utt - 1] : NULL;
+  if (!ut || !ut->open) return;
+  ut->open = 0;
+  /* Padded to a whole frame like any utterance. One that has all gone out already (the
+   * service was slower than real time at its end) or never had audio gets a frame of silence,
+   * so that its end is still reported, in that frame. */
+  size_t tail = s->len % SPF, pad = tail ? SPF - tail : 0;
+  int64_t end = ut->end;
+  if (end <= 0 || ut->end == ut->start) {
+    pad += SPF;
+    end = (int64_t)s->len + 1;
+  }
+  if (fifo_append(s, NULL, 0, pad) == FC_OK) ut->end = end;
+  else ut->end = s->len > 0 ? (int64_t)s->len : 1; /* no room: ends where the FIFO ends */
+}
+
+void fc_stream_end(fc_stream *s) {
+  fc_stream_close_speech(s);
+  s->ended = 1;
+}
 
 uint32_t fc_stream_interrupt(fc_stream *s) {
   /* Only an utterance whose start was taken counts as cut: one still waiting, or waiting in
@@ -258,8 +298,10 @@ int fc_stream_producible(const fc_stream *s) {
   size_t full = s->len / SPF + (s->ended && s->len % SPF ? 1 : 0);
   if (!full) return 0;
   if (!s->mel || s->ended || s->len >= (size_t)(SPF + MEL_LOOKAHEAD)) return 1;
-  for (size_t u = 0; u < s->n_utt; u++) /* an utterance's mel is computed whole */
-    if (s->utt[u].start <= 0 && s->utt[u].end > 0) return 1;
+  for (size_t u = 0; u < s->n_utt; u++) /* an utterance's mel is computed whole; a closed
+                                          * streamed one has all its audio */
+    if (s->utt[u].start <= 0 && s->utt[u].end > 0 && (s->utt[u].mel || !s->utt[u].open))
+      return 1;
   return 0;
 }
 
@@ -285,7 +327,7 @@ static void consume_frame(fc_stream *s) {
   for (size_t i = 0; i < s->n_utt; i++) {
     s->utt[i].start -= SPF;
     s->utt[i].end -= SPF;
-    if (s->utt[i].end > 0) s->utt[keep++] = s->utt[i];
+    if (s->utt[i].end > 0 || s->utt[i].open) s->utt[keep++] = s->utt[i];
     else free(s->utt[i].mel);
   }
   s->n_utt = keep;
@@ -310,12 +352,12 @@ static int produce(fc_stream *s) {
       if (s->utt[u].start <= 0 && s->utt[u].end > 0) cur = &s->utt[u];
     if (s->mel) {
       float *win = s->mel_win + (size_t)i * FC_MEL_BANDS * FC_MEL_WINDOW;
-      if (cur) {
+      if (cur && cur->mel) {
         fc_mel_window(cur->mel, cur->mel_cols, (int)(-cur->start / SPF), win);
       } else {
         /* Streamed audio: the window looks 200 ms ahead, so wait for that much (or the end);
          * the signal is taken to start at this frame. */
-        if (!s->ended && s->len < (size_t)(SPF + MEL_LOOKAHEAD)) {
+        if (!s->ended && s->len < (size_t)(SPF + MEL_LOOKAHEAD) && !(cur && !cur->open)) {
           k = i;
           break;
         }
@@ -342,7 +384,7 @@ static int produce(fc_stream *s) {
         fi->utt_started = ut->id;
         ut->started = 1;
       }
-      if (ut->end > 0 && ut->end <= SPF) fi->utt_ended = ut->id;
+      if (ut->end > 0 && ut->end <= SPF && !ut->open) fi->utt_ended = ut->id;
     }
     s->reqs[i].avatar = s->av;
     s->reqs[i].frame = (int)(fi->index % (1 << 30));
