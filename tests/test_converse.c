@@ -3,6 +3,7 @@
  * The network half is tested end to end against a fake LLM (tests/api/chat_test.py). */
 #include "converse/llm.h"
 #include "converse/sentences.h"
+#include "converse/vad.h"
 #include "facecast/error.h"
 #include "fc_test.h"
 
@@ -182,7 +183,85 @@ static void test_chunks(void) {
   g_string_free(out, TRUE);
 }
 
+/* A signal: noise at noise_db everywhere, a 200 Hz tone with syllable-like bursts at speech_db
+ * in [a, b) seconds. */
+static void signal_fill(int16_t *out, size_t n, double noise_db, double speech_db,
+                        const double (*spans)[2], int n_spans) {
+  double na = 32768 * pow(10, noise_db / 20) * 1.7, sa = 32768 * pow(10, speech_db / 20) * 1.41;
+  uint32_t seed = 1;
+  for (size_t i = 0; i < n; i++) {
+    seed = seed * 1664525 + 1013904223;
+    double t = i / 16000.0, v = na * ((seed >> 8) / 16777216.0 - 0.5);
+    for (int k = 0; k < n_spans; k++)
+      if (t >= spans[k][0] && t < spans[k][1]) v += sa * sin(2 * M_PI * 200 * t);
+    out[i] = (int16_t)(v > 32767 ? 32767 : v < -32768 ? -32768 : v);
+  }
+}
+
+typedef struct vad_ev {
+  int kind;
+  double t;
+} vad_ev;
+
+/* Feeds in 60 ms pieces (the browser's), collecting events. */
+static int vad_run(fc_vad *v, const int16_t *pcm, size_t n, vad_ev *ev, int cap) {
+  int k = 0;
+  for (size_t at = 0; at < n;) {
+    size_t piece = n - at < 960 ? n - at : 960, used;
+    int64_t when;
+    int e = fc_vad_feed(v, pcm + at, piece, &used, &when);
+    at += used;
+    if (e && k < cap) ev[k++] = (vad_ev){e, when / 16000.0};
+  }
+  return k;
+}
+
+static void test_vad(void) {
+  size_t n = 16000 * 5;
+  int16_t *pcm = malloc(n * sizeof *pcm);
+  vad_ev ev[8];
+  /* speech 1.0–2.0 s, a 300 ms pause (shorter than the hangover), 2.3–2.8 s: one segment */
+  const double two[][2] = {{1.0, 2.0}, {2.3, 2.8}};
+  signal_fill(pcm, n, -60, -20, two, 2);
+  fc_vad *v = fc_vad_create(NULL);
+  int k = vad_run(v, pcm, n, ev, 8);
+  FC_CHECK_INT(k, ==, 2);
+  FC_CHECK(k >= 1 && ev[0].kind == FC_VAD_START && fabs(ev[0].t - 1.0) <= 0.04);
+  FC_CHECK(k >= 2 && ev[1].kind == FC_VAD_END && fabs(ev[1].t - 2.8) <= 0.04);
+  FC_CHECK(!fc_vad_speaking(v) && fc_vad_position(v) == (int64_t)n);
+  fc_vad_destroy(v);
+  /* a pause longer than the hangover: two segments; a 40 ms click: none */
+  const double gaps[][2] = {{0.5, 1.0}, {1.02, 1.06}, {2.0, 2.5}};
+  signal_fill(pcm, n, -60, -20, gaps, 3);
+  const double apart[][2] = {{0.5, 1.0}, {2.0, 2.5}, {3.0, 3.04}};
+  signal_fill(pcm, n, -60, -20, apart, 3);
+  v = fc_vad_create(NULL);
+  k = vad_run(v, pcm, n, ev, 8);
+  FC_CHECK_INT(k, ==, 4);
+  FC_CHECK(k == 4 && ev[2].kind == FC_VAD_START && fabs(ev[2].t - 2.0) <= 0.04 &&
+           ev[3].kind == FC_VAD_END && fabs(ev[3].t - 2.5) <= 0.04);
+  fc_vad_destroy(v);
+  /* steady noise at -35 dBFS (an open window): speech 15 dB above it is found, the noise not */
+  const double one[][2] = {{2.0, 3.0}};
+  signal_fill(pcm, n, -35, -20, one, 1);
+  v = fc_vad_create(NULL);
+  k = vad_run(v, pcm, n, ev, 8);
+  FC_CHECK_INT(k, ==, 2);
+  FC_CHECK(k == 2 && fabs(ev[0].t - 2.0) <= 0.06 && fabs(ev[1].t - 3.0) <= 0.06);
+  fc_vad_destroy(v);
+  /* a segment is cut at max_ms; onset and hangover are settings */
+  const double longs[][2] = {{0.5, 4.5}};
+  signal_fill(pcm, n, -60, -20, longs, 1);
+  fc_vad_params p = {.max_ms = 1000, .hangover_ms = 200, .onset_ms = 40};
+  v = fc_vad_create(&p);
+  k = vad_run(v, pcm, n, ev, 8);
+  FC_CHECK(k >= 2 && ev[1].kind == FC_VAD_END && fabs(ev[1].t - 1.5) <= 0.04);
+  fc_vad_destroy(v);
+  free(pcm);
+}
+
 int main(void) {
+  FC_RUN(test_vad);
   FC_RUN(test_sentences);
   FC_RUN(test_sentences_cap);
   FC_RUN(test_sse);

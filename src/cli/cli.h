@@ -18,6 +18,7 @@ int fc_cmd_serve(int argc, char **argv);
 int fc_cmd_wav2lip(int argc, char **argv);
 int fc_cmd_avatar(int argc, char **argv);
 int fc_cmd_keys(int argc, char **argv);
+int fc_cmd_say(int argc, char **argv);
 /* facecast bench pack (bench_pack.c); argv[0] is "pack". */
 int fc_bench_pack(int argc, char **argv);
 

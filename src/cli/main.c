@@ -18,6 +18,7 @@ static void usage(FILE *f) {
         "  wav2lip  run the Wav2Lip network on .npy tensors (wav2lip infer)\n"
         "  avatar   prepare avatars from a video or photo (avatar create|list|show)\n"
         "  keys     API keys for serve --api-keys (keys add|remove|list)\n"
+        "  say      text -> WAV with the embedded espeak-ng voice\n"
         "\n"
         "Run 'facecast <command> --help' for the options of a command.\n",
         f);
@@ -35,6 +36,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "wav2lip") == 0) return fc_cmd_wav2lip(argc - 1, argv + 1);
   if (strcmp(cmd, "avatar") == 0) return fc_cmd_avatar(argc - 1, argv + 1);
   if (strcmp(cmd, "keys") == 0) return fc_cmd_keys(argc - 1, argv + 1);
+  if (strcmp(cmd, "say") == 0) return fc_cmd_say(argc - 1, argv + 1);
   if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
     usage(stdout);
     return FC_EXIT_OK;

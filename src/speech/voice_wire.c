@@ -197,17 +197,17 @@ static const char *header(const char *h, size_t n, const char *key, size_t *len)
 int fc_edge_binary(const uint8_t *data, size_t size, const uint8_t **audio, size_t *n) {
   *audio = NULL;
   *n = 0;
-  if (size < 2) return fc_error_set(FC_EREMOTE, "edge: a binary frame of %zu bytes", size);
+  if (size < 2) return fc_error_set(FC_EREMOTE, "a binary frame of %zu bytes", size);
   size_t hl = (size_t)data[0] << 8 | data[1];
   if (2 + hl > size)
-    return fc_error_set(FC_EREMOTE, "edge: a frame's headers (%zu bytes) pass its end", hl);
+    return fc_error_set(FC_EREMOTE, "a frame's headers (%zu bytes) pass its end", hl);
   size_t pl, cl;
   const char *path = header((const char *)data + 2, hl, "Path", &pl);
   const char *ct = header((const char *)data + 2, hl, "Content-Type", &cl);
   if (!path || pl != 5 || memcmp(path, "audio", 5))
-    return fc_error_set(FC_EREMOTE, "edge: a binary frame that is not audio");
+    return fc_error_set(FC_EREMOTE, "a binary frame that is not audio");
   if (ct && !(cl == 10 && !memcmp(ct, "audio/mpeg", 10)))
-    return fc_error_set(FC_EREMOTE, "edge: audio of type '%.*s' (MP3 expected)",
+    return fc_error_set(FC_EREMOTE, "audio of type '%.*s' (MP3 expected)",
                         (int)(cl > 40 ? 40 : cl), ct);
   *audio = data + 2 + hl;
   *n = size - 2 - hl;
@@ -218,7 +218,7 @@ int fc_edge_text_path(const char *data, size_t size, char *path, size_t cap) {
   const char *end = g_strstr_len(data, (gssize)size, "\r\n\r\n");
   size_t pl, hl = end ? (size_t)(end - data) : size;
   const char *p = header(data, hl, "Path", &pl);
-  if (!p || !cap) return fc_error_set(FC_EREMOTE, "edge: a text frame without a Path");
+  if (!p || !cap) return fc_error_set(FC_EREMOTE, "a text frame without a Path");
   if (pl >= cap) pl = cap - 1;
   memcpy(path, p, pl);
   path[pl] = 0;

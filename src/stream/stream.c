@@ -185,7 +185,7 @@ static int fifo_append(fc_stream *s, const float *pcm, size_t n, size_t pad) {
   }
   int err = reserve((void **)&s->pcm, &s->cap, s->head + s->len + n + pad, sizeof(float), 16000);
   if (err) return err;
-  memcpy(s->pcm + s->head + s->len, pcm, n * sizeof(float));
+  if (n) memcpy(s->pcm + s->head + s->len, pcm, n * sizeof(float)); /* (pcm is NULL for padding) */
   memset(s->pcm + s->head + s->len + n, 0, pad * sizeof(float));
   s->len += n + pad;
   if (s->n_utt && s->utt[s->n_utt - 1].open) s->utt[s->n_utt - 1].end = (int64_t)s->len;
