@@ -12,7 +12,7 @@ pkgs=(
   libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstreamer-plugins-bad1.0-dev
   gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad
   gstreamer1.0-plugins-ugly gstreamer1.0-libav gstreamer1.0-nice
-  libsoup-3.0-dev libjson-glib-dev libyaml-dev
+  libsoup-3.0-dev libjson-glib-dev libyaml-dev libpocketsphinx-dev pocketsphinx-en-us
   python3-skimage python3-numpy python3-scipy ffmpeg chromium
   glib-networking openssl iproute2 clang libclang-rt-14-dev
 )

@@ -146,3 +146,8 @@ int fc_chat_say(fc_chat *c, const char *text, uint32_t *turn) {
   *turn = c->turn;
   return 0;
 }
+
+fc_chat_turn_info fc_chat_turn_progress(const fc_chat *c) {
+  fc_chat_turn_info none = {0};
+  return fc_chat_turn(c) ? c->info : none;
+}

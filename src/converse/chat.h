@@ -49,6 +49,8 @@ int fc_chat_say(fc_chat *c, const char *text, uint32_t *turn);
 uint32_t fc_chat_cancel(fc_chat *c);
 /* The turn running now (0: none). */
 uint32_t fc_chat_turn(const fc_chat *c);
+/* The running turn's milestones so far (all 0 when none runs). */
+fc_chat_turn_info fc_chat_turn_progress(const fc_chat *c);
 /* History length in messages (system prompt excluded). */
 int fc_chat_history_len(const fc_chat *c);
 

@@ -41,8 +41,51 @@ static void chat_event(fc_session *s, uint32_t turn, const char *status, const c
   g_free(ev);
 }
 
+/* ---- the turn's timeline ---- */
+
+static void mark(fc_session *s, uint32_t turn, int stage, gint64 at) {
+  if (s->tl.turn != turn || !turn || s->tl.at[stage]) return;
+  s->tl.at[stage] = at;
+}
+
+void fc_session_turn_audio(fc_session *s, uint32_t turn, uint32_t utt, gint64 at) {
+  if (s->tl.turn != turn || !turn || s->tl.at[FC_TURN_AUDIO]) return;
+  s->tl.at[FC_TURN_AUDIO] = at;
+  s->tl.first_utt = utt;
+}
+
+/* The first speaking frame of the turn went out: the timeline is complete; it goes to SSE
+ * clients and /metrics' histograms. */
+void fc_session_turn_frame(fc_session *s, uint32_t utt) {
+  fc_turn_timeline *t = &s->tl;
+  if (!t->turn || !utt || utt != t->first_utt || t->at[FC_TURN_FRAME]) return;
+  t->at[FC_TURN_FRAME] = g_get_monotonic_time();
+  GString *e = g_string_new(NULL);
+  g_string_append_printf(e, "\"voice\":%s,\"timeline\":{", t->voice ? "true" : "false");
+  for (int k = 0; k < FC_TURN_STAGES; k++) {
+    double sec = t->at[k] ? (t->at[k] - t->t0) / 1e6 : -1;
+    if (sec < 0 && t->at[k]) sec = 0; /* (a clock step: never negative) */
+    if (t->at[k]) g_string_append_printf(e, "%s\"%s_ms\":%.1f", k ? "," : "",
+                                         fc_turn_stage_names[k], sec * 1e3);
+    else g_string_append_printf(e, "%s\"%s_ms\":null", k ? "," : "", fc_turn_stage_names[k]);
+    if (!t->at[k]) continue;
+    fc_server *srv = s->srv;
+    int b = 0;
+    while (b < FC_TURN_BUCKETS && sec > fc_turn_bounds_s[b]) b++;
+    srv->turn_hist[k][b]++;
+    srv->turn_count[k]++;
+    srv->turn_sum[k] += sec;
+  }
+  g_string_append_c(e, '}');
+  chat_event(s, t->turn, "speaking", e->str);
+  g_string_free(e, TRUE);
+}
+
 static void on_sentence(void *user, uint32_t turn, const char *text) {
   fc_session *s = user;
+  fc_chat_turn_info so_far = fc_chat_turn_progress(s->chat);
+  if (so_far.first_token_us) mark(s, turn, FC_TURN_TOKEN, s->tl.said + so_far.first_token_us);
+  mark(s, turn, FC_TURN_SENTENCE, g_get_monotonic_time());
   fc_session_say_line(s, turn, text, s->chat_tts);
   char *q = fc_http_json_quote(text);
   char *extra = g_strdup_printf("\"text\":%s", q);
@@ -54,6 +97,7 @@ static void on_sentence(void *user, uint32_t turn, const char *text) {
 static void on_done(void *user, uint32_t turn, int err, const char *detail,
                     const fc_chat_turn_info *info) {
   fc_session *s = user;
+  if (info->first_token_us) mark(s, turn, FC_TURN_TOKEN, s->tl.said + info->first_token_us);
   char *q = err ? fc_http_json_quote(detail) : NULL;
   char *extra = g_strdup_printf("\"error\":%s,\"sentences\":%d,\"llm_first_token_ms\":%.1f,"
                                 "\"first_sentence_ms\":%.1f,\"llm_done_ms\":%.1f",
@@ -77,7 +121,8 @@ uint32_t fc_session_chat_cancel(fc_session *s) {
   return t;
 }
 
-int fc_session_chat_say(fc_session *s, const char *text, const fc_say_opts *tts, uint32_t *turn) {
+int fc_session_chat_say(fc_session *s, const char *text, const fc_say_opts *tts, gint64 t0,
+                        gint64 asr_at, uint32_t *turn) {
   fc_server *srv = s->srv;
   if (!srv->llm)
     return fc_error_set(FC_EUNSUPPORTED, "type 'chat' is not configured on this server (no LLM: "
@@ -90,8 +135,12 @@ int fc_session_chat_say(fc_session *s, const char *text, const fc_say_opts *tts,
   fc_session_chat_cancel(s); /* one turn at a time: the new one replaces what is left */
   fc_say_opts_free(s->chat_tts);
   s->chat_tts = fc_say_opts_copy(tts);
+  gint64 said = g_get_monotonic_time();
   int err = fc_chat_say(s->chat, text, turn);
   if (err) return err;
+  s->tl = (fc_turn_timeline){.turn = *turn, .voice = asr_at != 0, .t0 = t0 ? t0 : said,
+                             .said = said};
+  s->tl.at[FC_TURN_ASR] = asr_at;
   char *q = fc_http_json_quote(text);
   char *extra = g_strdup_printf("\"text\":%s", q);
   chat_event(s, *turn, "start", extra);

@@ -63,6 +63,21 @@ typedef struct fc_ready_slot {
 #define FC_LATE_BUCKETS 8
 extern const double fc_late_bounds_ms[FC_LATE_BUCKETS];
 
+/* A conversation turn's milestones after its start (t0: the end of the user's speech for a
+ * spoken turn, the request for a typed one), in the order they come; /metrics keeps a
+ * histogram of each (metrics.c). */
+enum { FC_TURN_ASR, FC_TURN_TOKEN, FC_TURN_SENTENCE, FC_TURN_AUDIO, FC_TURN_FRAME, FC_TURN_STAGES };
+#define FC_TURN_BUCKETS 12
+extern const double fc_turn_bounds_s[FC_TURN_BUCKETS];
+extern const char *const fc_turn_stage_names[FC_TURN_STAGES];
+typedef struct fc_turn_timeline {
+  uint32_t turn;       /* 0: none */
+  int voice;
+  gint64 t0, said;     /* µs, monotonic; said: when the LLM was asked */
+  gint64 at[FC_TURN_STAGES]; /* 0: not yet */
+  uint32_t first_utt;  /* the stream utterance of its first audio */
+} fc_turn_timeline;
+
 typedef struct fc_session fc_session;
 
 /* A tick (40 ms) is cut into this many slots, and each session is sent in one of them, so that
@@ -132,6 +147,9 @@ typedef struct fc_server {
   /* Per-session counters of the sessions closed so far (under lock, added as each leaves
    * `sessions`), so /metrics' totals never fall when a session goes. */
   uint64_t closed_infer, closed_dropped, closed_enc_late;
+  /* Conversation turns' milestones (main loop only: written and rendered there) */
+  uint64_t turn_hist[FC_TURN_STAGES][FC_TURN_BUCKETS + 1], turn_count[FC_TURN_STAGES];
+  double turn_sum[FC_TURN_STAGES];
   /* Benchmarks only: every frame's lateness in ms (preallocated; NULL otherwise). */
   float *late_samples;
   size_t late_cap, late_n;
@@ -193,6 +211,8 @@ struct fc_session {
   GList *ws;                    /* SoupWebsocketConnection* of microphone audio */
   guint connect_timer;          /* closes a session whose peer never connects */
   uint32_t heard;               /* utterance between its SSE start and end */
+  fc_turn_timeline tl;          /* the conversation turn running now (chat.c) */
+  struct fc_listen *listen;     /* voice chat: the microphone's VAD and ASR (listen.c) */
 
   /* Pacer only; /metrics and closing read them from other threads, so the pacer stores them
    * with FC_STAT_SET and they read them with FC_STAT_GET (relaxed atomics: no order, no tear). */
@@ -267,7 +287,16 @@ int fc_http_say_opts(fc_server *srv, SoupServerMessage *msg, JsonObject *o, int 
  * file. 0 with the resolved path in *resolved (free()), or the HTTP status after answering. */
 int fc_media_path_check(fc_server *srv, SoupServerMessage *msg, const char *path,
                         char **resolved);
-int fc_session_chat_say(fc_session *s, const char *text, const fc_say_opts *tts, uint32_t *turn);
+/* t0: when the turn began (a spoken turn: the end of the speech; 0: now), asr_at: when its
+ * transcript came (0: typed). */
+int fc_session_chat_say(fc_session *s, const char *text, const fc_say_opts *tts, gint64 t0,
+                        gint64 asr_at, uint32_t *turn);
+/* Timeline milestones (main loop): the turn's first audio went into the stream as utterance
+ * utt; an utterance's first frame went out (fc_session_send_sse "start"). */
+void fc_session_turn_audio(fc_session *s, uint32_t turn, uint32_t utt, gint64 at);
+void fc_session_turn_frame(fc_session *s, uint32_t utt);
+/* The same first-audio milestone from any thread (posted to the main loop in order). */
+void fc_session_post_turn_audio(fc_session *s, uint32_t turn, uint32_t utt);
 /* /human echo through a TTS service: text cut into sentences and queued like the chat's. */
 int fc_session_say_text(fc_session *s, const char *text, const fc_say_opts *tts);
 uint32_t fc_session_chat_cancel(fc_session *s);

@@ -10,6 +10,11 @@
 #include <stdio.h>
 
 const double fc_late_bounds_ms[FC_LATE_BUCKETS] = {1, 2, 5, 10, 20, 40, 80, 160};
+const double fc_turn_bounds_s[FC_TURN_BUCKETS] = {0.025, 0.05, 0.1, 0.15, 0.2, 0.3,
+                                                  0.4,   0.6,  1,   1.5,  3,   10};
+const char *const fc_turn_stage_names[FC_TURN_STAGES] = {"asr", "llm_first_token",
+                                                         "first_sentence", "first_audio",
+                                                         "first_frame"};
 
 void fc_metrics_late(fc_server *srv, double ms) { /* stat_lock held */
   int b = 0;
@@ -141,6 +146,25 @@ void fc_metrics_render(fc_server *srv, GString *o, const char *owner) {
   g_string_append_printf(
       o, "facecast_frame_lateness_ms_sum %.3f\nfacecast_frame_lateness_ms_count %llu\n", late_sum,
       (unsigned long long)cum);
+  /* conversation turns: main loop only, like this rendering */
+  family(o, "facecast_turn_seconds", "histogram",
+         "Conversation turns: seconds from the turn's start (the end of the user's speech, or "
+         "the request) to each milestone.");
+  for (int k = 0; k < FC_TURN_STAGES; k++) {
+    uint64_t c = 0;
+    for (int b = 0; b <= FC_TURN_BUCKETS; b++) {
+      c += srv->turn_hist[k][b];
+      char le[16];
+      if (b < FC_TURN_BUCKETS) snprintf(le, sizeof le, "%g", fc_turn_bounds_s[b]);
+      g_string_append_printf(o, "facecast_turn_seconds_bucket{stage=\"%s\",le=\"%s\"} %llu\n",
+                             fc_turn_stage_names[k], b < FC_TURN_BUCKETS ? le : "+Inf",
+                             (unsigned long long)c);
+    }
+    g_string_append_printf(o, "facecast_turn_seconds_sum{stage=\"%s\"} %.6f\n"
+                              "facecast_turn_seconds_count{stage=\"%s\"} %llu\n",
+                           fc_turn_stage_names[k], srv->turn_sum[k], fc_turn_stage_names[k],
+                           (unsigned long long)srv->turn_count[k]);
+  }
 
   if (srv->listener) {
     fc_listener_stats ls;

@@ -105,7 +105,7 @@ static void human_chat(SoupServerMessage *msg, fc_session *s, const char *text,
     fc_session_interrupt(s);
   }
   uint32_t turn = 0;
-  int err = fc_session_chat_say(s, text, tts, &turn);
+  int err = fc_session_chat_say(s, text, tts, 0, 0, &turn);
   if (err) {
     fc_http_error(msg, err == FC_EUNSUPPORTED ? 501 : fc_http_status_of(err), "%s",
                   fc_error_detail(err));

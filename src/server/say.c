@@ -140,14 +140,16 @@ static int say_espeak(fc_session *s, const say_line *l) {
     err = fc_tts_speak(l->text, &tp, &sp);
   }
   if (err) return err;
+  uint32_t utt = 0;
   g_mutex_lock(&s->lock);
   if (g_atomic_int_get(&s->chat_gen) != l->gen || g_atomic_int_get(&s->closed))
     err = FC_ECANCELED;
   else if (!(err = fc_stream_push_speech(s->stream, sp.audio.samples, sp.audio.n, sp.ph,
-                                         sp.n_ph, NULL)))
+                                         sp.n_ph, &utt)))
     fc_session_want_fill_locked(s);
   g_mutex_unlock(&s->lock);
   fc_speech_free(&sp);
+  if (!err && l->turn) fc_session_post_turn_audio(s, l->turn, utt);
   return err;
 }
 
@@ -155,6 +157,7 @@ typedef struct say_call {
   fc_session *s;
   const say_line *l;
   int opened, err;
+  uint32_t utt;
 } say_call;
 
 /* The service's audio as it comes, into the stream (the worker's thread). */
@@ -166,7 +169,8 @@ static int on_audio(void *user, const float *pcm, size_t n) {
   if (g_atomic_int_get(&s->chat_gen) != c->l->gen || g_atomic_int_get(&s->closed)) {
     stop = 1;
   } else {
-    if (!c->opened) c->err = fc_stream_open_speech(s->stream, NULL);
+    if (!c->opened && !(c->err = fc_stream_open_speech(s->stream, &c->utt)) && c->l->turn)
+      fc_session_post_turn_audio(s, c->l->turn, c->utt);
     c->opened = 1;
     if (!c->err) c->err = fc_stream_push_audio(s->stream, pcm, n);
     if (!c->err) fc_session_want_fill_locked(s);
@@ -191,7 +195,7 @@ static int say_service(fc_session *s, const say_line *l, int *opened) {
                     .ref_audio = o->ref_audio ? o->ref_audio : s->ref_audio,
                     .ref_text = o->ref_text ? o->ref_text : s->ref_text,
                     .ref_local = o->ref_audio ? o->ref_local : s->ref_local};
-  say_call c = {s, l, 0, 0};
+  say_call c = {s, l, 0, 0, 0};
   int err = fc_voice_speak(srv->voice, &r, cancel, on_audio, &c);
   if (c.err) err = c.err; /* the stream refused (full): that is the reason */
   g_mutex_lock(&s->chat_lock);

@@ -283,16 +283,21 @@ void fc_session_interrupt(fc_session *s) {
   if (cut) fc_session_post_event(s, "end", cut);
 }
 
+/* What other threads hand the main loop, in order: SSE events, and the timeline's first
+ * audio (type NULL). */
 typedef struct sse_event {
   fc_session *s;
   const char *type;
-  uint32_t utt;
+  uint32_t utt, turn;
   char *json; /* an event named type with this data (fc_session_post_sse_json) */
+  gint64 at;
 } sse_event;
 
 static gboolean deliver_event(gpointer data) {
   sse_event *ev = data;
-  if (ev->json)
+  if (!ev->type)
+    fc_session_turn_audio(ev->s, ev->turn, ev->utt, ev->at);
+  else if (ev->json)
     fc_session_send_sse_json(ev->s, ev->type, ev->json);
   else
     fc_session_send_sse(ev->s, ev->type, ev->utt);
@@ -306,10 +311,11 @@ static void free_event(gpointer data) {
   g_free(ev);
 }
 
-static void post_event(fc_session *s, const char *type, uint32_t utt, const char *json) {
+static void post_event(fc_session *s, const char *type, uint32_t utt, uint32_t turn,
+                       const char *json) {
   sse_event *ev = g_new(sse_event, 1);
   fc_session_ref(s);
-  *ev = (sse_event){s, type, utt, g_strdup(json)};
+  *ev = (sse_event){s, type, utt, turn, g_strdup(json), g_get_monotonic_time()};
   /* An idle source rather than g_main_context_invoke, which would run at once on the main
    * thread and could overtake a start event the pacer queued before. */
   GSource *src = g_idle_source_new();
@@ -320,18 +326,24 @@ static void post_event(fc_session *s, const char *type, uint32_t utt, const char
 }
 
 void fc_session_post_event(fc_session *s, const char *type, uint32_t utt) {
-  post_event(s, type, utt, NULL);
+  post_event(s, type, utt, 0, NULL);
 }
 
 void fc_session_post_sse_json(fc_session *s, const char *name, const char *json) {
-  post_event(s, name, 0, json);
+  post_event(s, name, 0, 0, json);
+}
+
+void fc_session_post_turn_audio(fc_session *s, uint32_t turn, uint32_t utt) {
+  post_event(s, NULL, utt, turn, NULL);
 }
 
 void fc_session_send_sse(fc_session *s, const char *type, uint32_t utt) {
-  if (strcmp(type, "start") == 0)
+  if (strcmp(type, "start") == 0) {
     s->heard = utt;
-  else if (s->heard == utt)
+    fc_session_turn_frame(s, utt); /* a conversation turn's first speaking frame went out */
+  } else if (s->heard == utt) {
     s->heard = 0;
+  }
   char buf[160];
   int n = snprintf(buf, sizeof buf,
                    "event: speech\ndata: {\"sessionid\":\"%s\",\"type\":\"%s\",\"id\":%u}\n\n",

@@ -134,6 +134,15 @@ def main():
         check(bool(spoke), "the avatar starts speaking (SSE speech start)")
         st, js, _, _ = c.post("/is_speaking", {"sessionid": sid})
         check(st == 200 and js.get("data") is True, "is_speaking during the answer")
+        sp = ev.wait(lambda: [d for d in ev.chat(1) if d["status"] == "speaking"], 10)
+        tl = sp[0].get("timeline", {}) if sp else {}
+        order = [tl.get(k) for k in ("llm_first_token_ms", "first_sentence_ms", "first_audio_ms", "first_frame_ms")]
+        check(sp and sp[0]["voice"] is False and tl.get("asr_ms", 0) is None and None not in order
+              and order == sorted(order) and order[0] > 0,
+              f"SSE chat 'speaking': the turn's timeline, in order ({tl})")
+        _, _, raw, _ = c.req("GET", "/metrics")
+        m = re.search(rb'facecast_turn_seconds_count\{stage="first_frame"\} (\d+)', raw or b"")
+        check(m and int(m.group(1)) >= 1, "/metrics: the turn histograms count it")
         r = llm.requests[-1]
         b = r["body"]
         check(b.get("model") == "fake-model" and b.get("stream") is True, f"model from LLM_MODEL, streamed ({b.get('model')})")
