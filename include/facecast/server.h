@@ -64,6 +64,15 @@ typedef struct fc_server_params {
   int tts_rate;              /* rate of headerless PCM; 0 = the provider's */
   int tts_timeout_s;         /* connect, and between two pieces of audio; 0 = 10 */
   const char *tts_edge_version; /* edge: Sec-MS-GEC-Version; NULL = a recent Edge's */
+  /* Ears (voice chat on /ws/audio?mode=chat|echo, and /api/asr): speech recognition. */
+  const char *asr;         /* NULL/"pocketsphinx" (loaded on first use), openai, funasr, none */
+  const char *asr_url;     /* the service; NULL = its usual local address */
+  const char *asr_key;     /* bearer token, never logged */
+  const char *asr_model;   /* openai: NULL = "whisper-1"; pocketsphinx: its model folder */
+  const char *asr_lang;    /* openai: the language (ISO-639-1); NULL = detected */
+  int asr_timeout_s;       /* 0 = 15 */
+  int barge_in;            /* user speech stops the avatar (1, the default) or not (0) */
+  int vad_hangover_ms;     /* silence that ends a spoken turn; 0 = 500 */
   int solo_batches;        /* benchmarks: no cross-session batching — each session runs its own
                             * batches of 16 frames, one backend call at a time (LiveTalking's
                             * design), instead of the device scheduler */

@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 
 static void serve_usage(FILE *f) {
@@ -23,7 +24,9 @@ static void serve_usage(FILE *f) {
         "                      [--llm-timeout S] [--tts PROVIDER] [--tts-url URL]\n"
         "                      [--tts-voice NAME] [--tts-model NAME] [--tts-ref-audio PATH]\n"
         "                      [--tts-ref-text TEXT] [--tts-lang LANG] [--tts-rate HZ]\n"
-        "                      [--tts-timeout S] [--tts-edge-version V] [--config FILE] [--quiet]\n"
+        "                      [--tts-timeout S] [--tts-edge-version V] [--asr PROVIDER]\n"
+        "                      [--asr-url URL] [--asr-model M] [--asr-lang L] [--asr-timeout S]\n"
+        "                      [--barge-in on|off] [--vad-hangover-ms MS] [--config FILE] [--quiet]\n"
         "\n"
         "Open http://HOST:PORT/ in a browser, press Connect and type a sentence.\n"
         "Chat (/human type=chat) needs an OpenAI-compatible LLM: --llm-url (default\n"
@@ -34,6 +37,10 @@ static void serve_usage(FILE *f) {
         "fish (LiveTalking's edgetts and fishtts too), at --tts-url (default: the service's\n"
         "usual local address; edge: Microsoft's); its key from $TTS_API_KEY (openai: else\n"
         "$OPENAI_API_KEY). A sentence the service fails is spoken by espeak-ng.\n"
+        "Ears (WS /ws/audio?mode=chat|echo, /api/asr): --asr pocketsphinx (embedded, the\n"
+        "default), openai (/audio/transcriptions), funasr (its WebSocket) or none; key from\n"
+        "$ASR_API_KEY (openai: else $OPENAI_API_KEY). --barge-in on: the user's speech stops\n"
+        "the avatar. --vad-hangover-ms: the silence that ends a spoken turn (500).\n"
         "--config FILE: a YAML file of these options (e.g. 'api_keys: /etc/facecast/keys',\n"
         "'quiet: true', 'media_dir: [/srv/a, /srv/b]'); options given here override it.\n",
         f);
@@ -102,6 +109,13 @@ int fc_cmd_serve(int argc, char **argv) {
                                        {"tts-rate", required_argument, 0, 1023},
                                        {"tts-timeout", required_argument, 0, 1024},
                                        {"tts-edge-version", required_argument, 0, 1025},
+                                       {"asr", required_argument, 0, 1026},
+                                       {"asr-url", required_argument, 0, 1027},
+                                       {"asr-model", required_argument, 0, 1028},
+                                       {"asr-lang", required_argument, 0, 1029},
+                                       {"asr-timeout", required_argument, 0, 1030},
+                                       {"barge-in", required_argument, 0, 1031},
+                                       {"vad-hangover-ms", required_argument, 0, 1032},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   fc_server_params p = fc_server_params_default();
@@ -191,6 +205,22 @@ int fc_cmd_serve(int argc, char **argv) {
       if ((err = int_opt("--tts-timeout", optarg, 1, 600, &p.tts_timeout_s))) return fc_cli_fail(err);
       break;
     case 1025: p.tts_edge_version = optarg; break;
+    case 1026: p.asr = optarg; break;
+    case 1027: p.asr_url = optarg; break;
+    case 1028: p.asr_model = optarg; break;
+    case 1029: p.asr_lang = optarg; break;
+    case 1030:
+      if ((err = int_opt("--asr-timeout", optarg, 1, 600, &p.asr_timeout_s))) return fc_cli_fail(err);
+      break;
+    case 1031:
+      if (strcmp(optarg, "on") && strcmp(optarg, "off"))
+        return fc_cli_fail(fc_error_set(FC_EINVAL, "--barge-in '%s': expected on or off", optarg));
+      p.barge_in = !strcmp(optarg, "on");
+      break;
+    case 1032:
+      if ((err = int_opt("--vad-hangover-ms", optarg, 100, 5000, &p.vad_hangover_ms)))
+        return fc_cli_fail(err);
+      break;
     case 'h': serve_usage(stdout); return FC_EXIT_OK;
     default:
       fprintf(stderr, "facecast: error: serve: unknown or incomplete option '%s'\n",
@@ -204,6 +234,9 @@ int fc_cmd_serve(int argc, char **argv) {
   if (!p.llm_url && env_key && *env_key) p.llm_url = "https://api.openai.com/v1";
   if (env_key && *env_key) p.llm_key = env_key;
   if (!p.llm_model && getenv("LLM_MODEL") && *getenv("LLM_MODEL")) p.llm_model = getenv("LLM_MODEL");
+  const char *asr_key = getenv("ASR_API_KEY");
+  if (asr_key && *asr_key) p.asr_key = asr_key;
+  else if (p.asr && !g_ascii_strcasecmp(p.asr, "openai")) p.asr_key = env_key;
   const char *tts_key = getenv("TTS_API_KEY");
   if (tts_key && *tts_key) p.tts_key = tts_key;
   else if (p.tts && !g_ascii_strcasecmp(p.tts, "openai")) p.tts_key = env_key;

@@ -4,6 +4,7 @@
  * segment (bounded by max_seconds) and send it at finish. */
 #include "converse/asr_internal.h"
 #include "converse/wsc.h"
+#include "core/jsonin.h"
 #include "facecast/error.h"
 
 #include <json-glib/json-glib.h>
@@ -128,7 +129,8 @@ static const char *member_str(JsonObject *o, const char *name) {
 /* Parses a JSON object out of untrusted bytes (NUL-free, bounded), or NULL. */
 static JsonParser *parse_obj(const char *d, size_t n, JsonObject **o) {
   *o = NULL;
-  if (!n || n > MAX_ANSWER || memchr(d, 0, n)) return NULL;
+  /* (the guard first: json-glib recurses per nesting level, on a worker's smaller stack) */
+  if (!n || n > MAX_ANSWER || fc_json_prescan(d, n, FC_JSON_MAX_DEPTH)) return NULL;
   JsonParser *jp = json_parser_new();
   if (json_parser_load_from_data(jp, d, (gssize)n, NULL)) {
     JsonNode *r = json_parser_get_root(jp);

@@ -118,6 +118,9 @@ typedef struct fc_server {
 
   struct fc_llm *llm;     /* chat.c: the LLM for /human type=chat; NULL without --llm-url */
   struct fc_voice *voice; /* say.c: the TTS service; NULL: the embedded espeak-ng voice */
+  struct fc_asr *asr;       /* listen.c: the ASR, made on first use (under asr_lock) */
+  GMutex asr_lock;
+  GThreadPool *listen_workers; /* the ears' jobs: ASR decoding, or waiting for a service */
   GThreadPool *say_workers; /* with a TTS service, FC_JOB_SAY runs here: its threads wait on
                              * the network for whole sentences, the compute pool must not */
   struct fc_keys *keys;   /* --api-keys: control routes want a key; NULL: open server */
@@ -212,7 +215,8 @@ struct fc_session {
   guint connect_timer;          /* closes a session whose peer never connects */
   uint32_t heard;               /* utterance between its SSE start and end */
   fc_turn_timeline tl;          /* the conversation turn running now (chat.c) */
-  struct fc_listen *listen;     /* voice chat: the microphone's VAD and ASR (listen.c) */
+  struct fc_ear *ear;           /* voice chat: the microphone's VAD and ASR (listen.c) */
+  int listen_mode;              /* FC_LISTEN_CHAT or _ECHO (listen.h) */
 
   /* Pacer only; /metrics and closing read them from other threads, so the pacer stores them
    * with FC_STAT_SET and they read them with FC_STAT_GET (relaxed atomics: no order, no tear). */

@@ -3,6 +3,7 @@
  * routes_session.c, routes_speech.c and src/jobs/. */
 #include "facecast/error.h"
 #include "server/internal.h"
+#include "server/listen.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -100,6 +101,8 @@ void fc_http_register(fc_server *srv) {
   }
   soup_server_add_early_handler(s, "/ws/audio", fc_http_early_api, srv, NULL);
   soup_server_add_websocket_handler(s, "/ws/audio", NULL, NULL, fc_route_ws_audio, srv, NULL);
+  soup_server_add_early_handler(s, "/api/asr", fc_http_early_api, srv, NULL);
+  soup_server_add_websocket_handler(s, "/api/asr", NULL, NULL, fc_route_asr, srv, NULL);
   fc_avatar_tasks_register(srv);
   fc_render_tasks_register(srv);
 }

@@ -1,8 +1,10 @@
 /* HTTP routes of a running session: speech (/human, /humanaudio, /interrupt_talk,
  * /is_speaking), action clips (/set_audiotype), recording (/record), events (/sse) and
- * microphone audio (WS /ws/audio); see http.c for the plumbing they share. */
+ * microphone audio (WS /ws/audio: lip-synced by the avatar, or heard for voice chat with
+ * ?mode=chat|echo, listen.c); see http.c for the plumbing they share. */
 #include "facecast/error.h"
 #include "server/internal.h"
+#include "server/listen.h"
 #include "server/listener.h"
 #include "speech/voice.h"
 
@@ -386,7 +388,9 @@ typedef struct ws_ctx {
   fc_server *srv;
   fc_conn *conn; /* the connection (listener.h): a message may not grow past its cap */
   char id[40];
+  int mode;      /* 0: the avatar lip-syncs the microphone; FC_LISTEN_*: voice chat */
   float buf[8192];
+  int16_t pcm[8192];
 } ws_ctx;
 
 static void ws_message(SoupWebsocketConnection *c, gint type, GBytes *msg, gpointer user) {
@@ -410,6 +414,17 @@ static void ws_message(SoupWebsocketConnection *c, gint type, GBytes *msg, gpoin
   gsize n;
   const uint8_t *d = g_bytes_get_data(msg, &n);
   size_t samples = n / 2;
+  if (w->mode) { /* voice chat: to the session's ear (listen.c), not into the stream */
+    for (size_t off = 0; off < samples;) {
+      size_t k = samples - off < G_N_ELEMENTS(w->pcm) ? samples - off : G_N_ELEMENTS(w->pcm);
+      for (size_t i = 0; i < k; i++)
+        w->pcm[i] = (int16_t)(d[2 * (off + i)] | d[2 * (off + i) + 1] << 8);
+      fc_session_listen_audio(s, w->mode, w->pcm, k);
+      off += k;
+    }
+    fc_session_unref(s);
+    return;
+  }
   for (size_t off = 0; off < samples;) {
     size_t k = samples - off < G_N_ELEMENTS(w->buf) ? samples - off : G_N_ELEMENTS(w->buf);
     for (size_t i = 0; i < k; i++) {
@@ -436,6 +451,7 @@ static void ws_closed(SoupWebsocketConnection *c, gpointer user) {
       s->ws = g_list_delete_link(s->ws, l);
       g_object_unref(c);
     }
+    if (w->mode) fc_session_listen_flush(s); /* what was being said is answered */
     fc_session_unref(s);
   }
 }
@@ -453,10 +469,24 @@ void fc_route_ws_audio(SoupServer *server, SoupServerMessage *msg, const char *p
   const char *query = g_uri_get_query(uri);
   GHashTable *q = query ? g_uri_parse_params(query, -1, "&", G_URI_PARAMS_NONE, NULL) : NULL;
   const char *id = q ? g_hash_table_lookup(q, "sessionid") : NULL;
+  const char *m = q ? g_hash_table_lookup(q, "mode") : NULL;
+  int mode = !m || !strcmp(m, "lipsync") ? 0
+             : !strcmp(m, "chat")         ? FC_LISTEN_CHAT
+             : !strcmp(m, "echo")         ? FC_LISTEN_ECHO
+                                          : -1;
   fc_session *s = id ? fc_http_session_find(srv, msg, id) : NULL;
   if (!s) {
     soup_websocket_connection_close(c, SOUP_WEBSOCKET_CLOSE_POLICY_VIOLATION,
                                     id ? "unknown session" : "sessionid query parameter required");
+  } else if (mode < 0) {
+    soup_websocket_connection_close(c, SOUP_WEBSOCKET_CLOSE_POLICY_VIOLATION,
+                                    "mode must be lipsync, chat or echo");
+  } else if (mode == FC_LISTEN_CHAT && !srv->llm) {
+    soup_websocket_connection_close(c, SOUP_WEBSOCKET_CLOSE_POLICY_VIOLATION,
+                                    "voice chat needs an LLM (--llm-url); try mode=echo");
+  } else if (mode && srv->p.asr && !g_ascii_strcasecmp(srv->p.asr, "none")) {
+    soup_websocket_connection_close(c, SOUP_WEBSOCKET_CLOSE_POLICY_VIOLATION,
+                                    "speech recognition is off on this server (--asr none)");
   } else {
     ws_ctx *w = g_new0(ws_ctx, 1);
     w->srv = srv;
@@ -465,6 +495,7 @@ void fc_route_ws_audio(SoupServer *server, SoupServerMessage *msg, const char *p
     /* libsoup checks each frame; the listener the whole message (fragments add up) */
     soup_websocket_connection_set_max_incoming_payload_size(c, FC_WS_MAX_MESSAGE);
     g_strlcpy(w->id, s->id, sizeof w->id);
+    w->mode = mode;
     s->ws = g_list_prepend(s->ws, g_object_ref(c));
     g_signal_connect_data(c, "message", G_CALLBACK(ws_message), w, NULL, 0);
     g_signal_connect_data(c, "closed", G_CALLBACK(ws_closed), w, free_ws_ctx, 0);

@@ -3,6 +3,7 @@
 #include "converse/llm.h"
 #include "core/stale.h"
 #include "server/internal.h"
+#include "server/listen.h"
 #include "speech/voice.h"
 #include "server/keys.h"
 #include "server/listener.h"
@@ -36,7 +37,8 @@ void fc_recordings_add(fc_server *srv, char *id, fc_recording *r) {
 }
 
 fc_server_params fc_server_params_default(void) {
-  return (fc_server_params){.port = 8010, .width = 512, .height = 512, .max_sessions = 5};
+  return (fc_server_params){.port = 8010, .width = 512, .height = 512, .max_sessions = 5,
+                            .barge_in = 1};
 }
 
 static gint job_order(gconstpointer a, gconstpointer b, gpointer user) {
@@ -127,6 +129,7 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
   }
   if (srv->p.width <= 0) srv->p.width = 512, srv->p.height = 512;
   g_mutex_init(&srv->lock);
+  g_mutex_init(&srv->asr_lock);
   g_mutex_init(&srv->avatar_lock);
   g_mutex_init(&srv->stat_lock);
   srv->avatar_cache = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, free_avatar_ref);
@@ -218,7 +221,9 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
   g_thread_pool_set_sort_function(srv->workers, job_order, NULL);
 
   if (srv->p.api_keys && !(srv->keys = fc_keys_load(srv->p.api_keys, err))) goto fail;
-  if (fc_server_llm_start(srv, err) || fc_server_voice_start(srv, err)) goto fail;
+  if (fc_server_llm_start(srv, err) || fc_server_voice_start(srv, err) ||
+      fc_server_asr_start(srv, err))
+    goto fail;
   if (srv->p.media_dirs) { /* each an absolute folder: a relative one would never match */
     gchar **dirs = g_strsplit(srv->p.media_dirs, ":", -1);
     int bad = 0;
@@ -300,6 +305,7 @@ void fc_server_destroy(fc_server *srv) {
   }
   if (srv->soup) soup_server_disconnect(srv->soup);
   if (srv->say_workers) g_thread_pool_free(srv->say_workers, FALSE, TRUE); /* cancelled */
+  if (srv->listen_workers) g_thread_pool_free(srv->listen_workers, FALSE, TRUE);
   if (srv->workers) g_thread_pool_free(srv->workers, FALSE, TRUE);
   fc_avatar_tasks_free(srv);
   fc_render_tasks_free(srv);
@@ -330,6 +336,8 @@ void fc_server_destroy(fc_server *srv) {
   fc_keys_free(srv->keys);
   fc_llm_destroy(srv->llm); /* after the sessions: their chats used it */
   fc_voice_destroy(srv->voice);
+  fc_server_asr_stop(srv); /* after the listening workers */
+  g_mutex_clear(&srv->asr_lock);
   if (srv->loop) g_main_loop_unref(srv->loop);
   if (srv->ctx) g_main_context_unref(srv->ctx);
   g_mutex_clear(&srv->lock);

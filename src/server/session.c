@@ -2,6 +2,7 @@
 #include "facecast/error.h"
 #include "compose/compose.h"
 #include "server/internal.h"
+#include "server/listen.h"
 
 #include <malloc.h>
 #include <stdio.h>
@@ -414,6 +415,7 @@ void fc_session_close(fc_session *s, const char *why) {
   if (s->connect_timer) g_source_remove(s->connect_timer);
   s->connect_timer = 0;
   fc_session_chat_free(s); /* the LLM's connection closes now, queued sentences go */
+  fc_session_listen_free(s); /* (the ear held a reference: it goes once its jobs are done) */
   if (s->offer_msg) {
     fc_http_error(s->offer_msg, 500, "session closed before the answer: %s", why);
     soup_server_message_unpause(s->offer_msg);

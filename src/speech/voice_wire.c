@@ -1,6 +1,7 @@
 /* The TTS services' wire formats, without any network (voice.h): streamed PCM and WAV, Edge's
  * frames, SSML and token, error bodies. Everything here takes bytes from a remote service, so
  * everything is bounded and fuzzed (tests/fuzz/fuzz_voice.c). */
+#include "core/jsonin.h"
 #include "facecast/error.h"
 #include "speech/voice.h"
 
@@ -237,7 +238,8 @@ static const char *member_str(JsonObject *o, const char *name) {
 char *fc_voice_error_text(const char *body, size_t n) {
   char *out = NULL;
   JsonParser *jp = json_parser_new();
-  if (n && n < 65536 && !memchr(body, 0, n) && json_parser_load_from_data(jp, body, (gssize)n, NULL)) {
+  if (n && n < 65536 && !fc_json_prescan(body, n, FC_JSON_MAX_DEPTH) &&
+      json_parser_load_from_data(jp, body, (gssize)n, NULL)) {
     JsonNode *root = json_parser_get_root(jp);
     JsonObject *o = root && JSON_NODE_HOLDS_OBJECT(root) ? json_node_get_object(root) : NULL;
     JsonNode *e = o ? json_object_get_member(o, "error") : NULL;

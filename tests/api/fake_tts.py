@@ -23,7 +23,6 @@ sent in 100 ms pieces faster than real time. Behaviours by a keyword in the text
 
 Every request is recorded (path, headers, body or form fields; edge: query and frames; and
 "done", when its audio was all sent) in FakeTTS.requests."""
-import base64
 import hashlib
 import http.server
 import json
@@ -37,6 +36,8 @@ import subprocess
 import tempfile
 import threading
 import time
+
+import wsproto
 
 EDGE_TOKEN = "6A5AA1D4EAFF4E9FB37E23D68491D6F4"
 
@@ -192,39 +193,17 @@ class FakeTTS:
                         or q.get("Sec-MS-GEC") not in (edge_gec(now), edge_gec(now - 300))
                         or not q.get("Sec-MS-GEC-Version")):
                     return self.answer(403, b"{}")
-                key = self.headers["Sec-WebSocket-Key"]
-                acc = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
-                self.send_response(101)
-                self.send_header("Upgrade", "websocket")
-                self.send_header("Connection", "Upgrade")
-                self.send_header("Sec-WebSocket-Accept", acc)
-                self.end_headers()
-                self.wfile.flush()
-                self.close_connection = True
+                wsproto.accept(self)
                 try:
                     self.edge(rec)
                 except (BrokenPipeError, ConnectionResetError, OSError):
                     fake.disconnects.append(time.monotonic())
 
             def ws_recv(self):
-                h = self.rfile.read(2)
-                if len(h) < 2:
-                    raise ConnectionResetError
-                n = h[1] & 0x7F
-                if n == 126:
-                    n = struct.unpack(">H", self.rfile.read(2))[0]
-                elif n == 127:
-                    n = struct.unpack(">Q", self.rfile.read(8))[0]
-                mask = self.rfile.read(4) if h[1] & 0x80 else b"\0\0\0\0"
-                data = bytes(b ^ mask[i % 4] for i, b in enumerate(self.rfile.read(n)))
-                return h[0] & 0x0F, data
+                return wsproto.recv(self.rfile)
 
             def ws_send(self, op, data):
-                n = len(data)
-                hdr = bytes([0x80 | op]) + (bytes([n]) if n < 126 else bytes([126]) + struct.pack(">H", n)
-                                            if n < 65536 else bytes([127]) + struct.pack(">Q", n))
-                self.wfile.write(hdr + data)
-                self.wfile.flush()
+                wsproto.send(self.wfile, op, data)
 
             def text_frame(self, path, body):
                 self.ws_send(1, (f"X-RequestId:{'0' * 32}\r\nContent-Type:application/json; charset=utf-8\r\n"
