@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
-all=(checkpoint safetensors npy wav image pack haar landmarks json sdp llm voice http multipart ws)
+all=(checkpoint safetensors npy wav image pack haar landmarks json sdp llm voice asr http multipart ws)
 targets=("$@")
 ((${#targets[@]})) || targets=("${all[@]}")
 

@@ -2,10 +2,12 @@
  *
  * Receives the avatar from `facecast serve` over WebRTC (we offer recvonly H.264 video + Opus
  * audio, the server answers; no trickle ICE: the offer waits for its candidates), and drives it
- * through LiveTalking's HTTP API: /human (text), /interrupt_talk, /record, /sse (speech
- * start/end events), and /ws/audio (microphone as 16 kHz mono PCM16 LE in 20 ms chunks, from an
- * AudioWorklet, or a ScriptProcessorNode where AudioWorklet is missing). getStats feeds the
- * figures once a second. Everything is also reachable as `window.fc` (tests, the console). */
+ * through LiveTalking's HTTP API: /human (text, repeated or answered by the LLM), /interrupt_talk,
+ * /record, /sse (speech start/end; the conversation's chat, listen and tts events), and
+ * /ws/audio (microphone as 16 kHz mono PCM16 LE in 20 ms chunks, from an AudioWorklet, or a
+ * ScriptProcessorNode where AudioWorklet is missing: lip-synced, or heard for voice chat with
+ * mode=chat). The conversation panel shows both sides and each turn's timeline. getStats feeds
+ * the figures once a second. Everything is also reachable as `window.fc` (tests, the console). */
 
 const $ = (id) => document.getElementById(id);
 const ui = {
@@ -14,6 +16,8 @@ const ui = {
   connect: $('connect'), disconnect: $('disconnect'), muted: $('muted'),
   form: $('say-form'), text: $('text'), send: $('send'), interruptCheck: $('interrupt-check'),
   interrupt: $('interrupt'), mic: $('mic'), micLevel: $('mic-level'), record: $('record'),
+  talk: $('talk'), sayMode: $('say-mode'), voice: $('voice'), emotion: $('emotion'),
+  transcript: $('transcript'), timeline: $('timeline'),
   download: $('download'), log: $('log'), apiKey: $('api-key'),
   st: {
     fps: $('st-fps'), decoded: $('st-decoded'), res: $('st-res'), lost: $('st-lost'),
@@ -45,6 +49,10 @@ const state = {
   micChunks: 0,
   micBytes: 0,
   micLevel: 0,      /* RMS of the last chunk sent, 0..1 */
+  micListen: null,  /* null: lip-synced; 'chat' | 'echo': voice chat (the server listens) */
+  transcript: [],   /* {who: 'you'|'avatar'|'note', text, how: 'typed'|'spoken', turn} */
+  timeline: null,   /* the last turn's timeline (ms from its start), as the server sent it */
+  convEvents: [],   /* every chat/listen/tts event: {name, ...data} */
   lastError: null,
 };
 
@@ -313,6 +321,14 @@ function openEvents(id) {
     setSpeaking();
     for (const w of [...speechWaiters]) w(e);
   });
+  for (const name of ['chat', 'listen', 'tts']) {
+    es.addEventListener(name, (ev) => {
+      let d;
+      try { d = JSON.parse(ev.data); } catch { return; }
+      state.convEvents.push({ name, ...d });
+      conversation(name, d);
+    });
+  }
   es.addEventListener('error', () => {
     /* CLOSED: reconnecting was refused (the session is gone on the server); otherwise the
      * browser reconnects by itself. */
@@ -354,10 +370,73 @@ function waitSpeech(type, { since = 0, id, timeoutMs = 15000 } = {}) {
   });
 }
 
+/* ---- conversation ------------------------------------------------------------------------- */
+
+function addLine(who, text, how, turn) {
+  const line = { who, text, how, turn };
+  state.transcript.push(line);
+  const li = document.createElement('li');
+  li.className = who;
+  li.dataset.how = how || '';
+  li.textContent = text;
+  line.li = li;
+  ui.transcript.append(li);
+  while (ui.transcript.children.length > 100) ui.transcript.firstChild.remove();
+  li.scrollIntoView({ block: 'nearest' });
+  return line;
+}
+
+const STAGES = [['asr_ms', 'heard'], ['llm_first_token_ms', 'first token'],
+  ['first_sentence_ms', 'first sentence'], ['first_audio_ms', 'first audio'],
+  ['first_frame_ms', 'first frame']];
+
+/* What the server says about the conversation, into the transcript and the timeline. */
+function conversation(name, d) {
+  const last = state.transcript[state.transcript.length - 1];
+  if (name === 'listen' && d.status === 'final' && d.text) {
+    addLine('you', d.text, 'spoken');
+  } else if (name === 'listen' && d.status === 'error') {
+    addLine('note', `not understood: ${d.error}`);
+  } else if (name === 'listen' && d.status === 'barge-in') {
+    addLine('note', 'interrupted by you');
+  } else if (name === 'chat' && d.status === 'start') {
+    /* a spoken turn's text is already there, as heard */
+    if (!(last && last.who === 'you' && last.how === 'spoken' && last.text === d.text)) {
+      addLine('you', d.text, 'typed', d.turn);
+    }
+  } else if (name === 'chat' && d.status === 'sentence') {
+    if (last && last.who === 'avatar' && last.turn === d.turn) {
+      last.text += ` ${d.text}`;
+      last.li.textContent = last.text;
+    } else {
+      addLine('avatar', d.text, null, d.turn);
+    }
+  } else if (name === 'chat' && d.status === 'error') {
+    addLine('note', `the answer failed: ${d.error}`);
+  } else if (name === 'chat' && d.status === 'speaking' && d.timeline) {
+    state.timeline = d.timeline;
+    const parts = STAGES.filter(([k]) => typeof d.timeline[k] === 'number')
+      .map(([k, label]) => `${label} ${Math.round(d.timeline[k])}`);
+    ui.timeline.textContent = `turn ${d.turn} (${d.voice ? 'spoken: from the end of your speech' :
+      'typed: from the request'}): ${parts.join(' · ')} ms`;
+  } else if (name === 'tts' && (d.status === 'fallback' || d.status === 'partial')) {
+    addLine('note', `${d.provider} voice failed (${d.status}): ${d.error}`);
+  }
+}
+
 /* ---- speaking ------------------------------------------------------------------------------ */
 
-async function say(text, interrupt = false) {
-  return api('/human', { sessionid: needSession(), text, type: 'echo', interrupt: !!interrupt });
+/* The voice settings typed into the page: LiveTalking's per-request "tts" object. */
+function ttsOptions() {
+  const voice = ui.voice.value.trim(), emotion = ui.emotion.value.trim();
+  const tts = {};
+  if (voice) tts.voice = voice;
+  if (emotion) tts.emotion = emotion;
+  return Object.keys(tts).length ? { tts } : {};
+}
+
+async function say(text, interrupt = false, type = 'echo') {
+  return api('/human', { sessionid: needSession(), text, type, interrupt: !!interrupt, ...ttsOptions() });
 }
 
 async function interrupt() {
@@ -501,7 +580,8 @@ function showLevel() {
   ui.micLevel.firstElementChild.style.width = `${Math.min(100, state.micLevel * 300).toFixed(0)}%`;
 }
 
-async function startMic() {
+/* listen: null lip-syncs the microphone; 'chat' or 'echo' streams it for voice chat. */
+async function startMic(listen = null) {
   const id = needSession();
   if (mic) return;
   if (!navigator.mediaDevices || !navigator.mediaDevices.getUserMedia) {
@@ -514,7 +594,8 @@ async function startMic() {
   const m = { stream, ctx: null, ws: null, node: null, src: null };
   mic = m;
   try {
-    m.ws = await openSocket(wsUrl(`/ws/audio?sessionid=${encodeURIComponent(id)}`));
+    const q = listen ? `&mode=${encodeURIComponent(listen)}` : '';
+    m.ws = await openSocket(wsUrl(`/ws/audio?sessionid=${encodeURIComponent(id)}${q}`));
     m.ws.addEventListener('message', (ev) => {
       if (typeof ev.data === 'string') {
         try { showError(`microphone: ${JSON.parse(ev.data).msg}`); } catch { showError(ev.data); }
@@ -557,8 +638,9 @@ async function startMic() {
     throw e;
   }
   state.mic = true;
+  state.micListen = listen;
   setUi();
-  log(`microphone on (${state.micMode}, ${m.ctx.sampleRate} Hz → 16 kHz)`);
+  log(`microphone on (${state.micMode}, ${m.ctx.sampleRate} Hz → 16 kHz${listen ? `, voice ${listen}` : ''})`);
 }
 
 function stopMic() {
@@ -574,6 +656,7 @@ function stopMic() {
   if (m.ctx) m.ctx.close().catch(() => {});
   if (m.ws && m.ws.readyState <= WebSocket.OPEN) m.ws.close(1000, 'microphone off');
   state.mic = false;
+  state.micListen = null;
   state.micLevel = 0;
   showLevel();
   setUi();
@@ -712,9 +795,14 @@ function setUi() {
   ui.session.textContent = state.sessionid ? `session ${state.sessionid}` : '';
   ui.connect.disabled = on || state.connecting;
   ui.disconnect.disabled = !on && !state.connecting;
-  for (const el of [ui.text, ui.send, ui.interrupt, ui.mic, ui.record]) el.disabled = !on;
-  ui.mic.textContent = state.mic ? 'Stop microphone' : 'Microphone';
-  ui.mic.setAttribute('aria-pressed', String(state.mic));
+  for (const el of [ui.text, ui.send, ui.interrupt, ui.mic, ui.record, ui.talk]) el.disabled = !on;
+  const lipsync = state.mic && !state.micListen, talking = state.mic && !!state.micListen;
+  ui.mic.textContent = lipsync ? 'Stop microphone' : 'Microphone';
+  ui.mic.setAttribute('aria-pressed', String(lipsync));
+  ui.mic.disabled = !on || talking;
+  ui.talk.textContent = talking ? 'Stop talking' : 'Talk';
+  ui.talk.setAttribute('aria-pressed', String(talking));
+  ui.talk.disabled = !on || lipsync;
   ui.record.textContent = state.recording ? 'Stop recording' : 'Record';
   ui.record.setAttribute('aria-pressed', String(state.recording));
   if (!on) {
@@ -731,9 +819,13 @@ ui.form.addEventListener('submit', guarded(async () => {
   const text = ui.text.value.trim();
   if (!text) throw new Error('type something to say first');
   clearError();
-  await say(text, ui.interruptCheck.checked);
-  log(`queued: ${text.length > 60 ? `${text.slice(0, 57)}…` : text}`);
+  const type = ui.sayMode.value;
+  await say(text, ui.interruptCheck.checked, type);
+  log(`${type === 'chat' ? 'asked' : 'queued'}: ${text.length > 60 ? `${text.slice(0, 57)}…` : text}`);
 }));
+/* voice chat: the server hears it; in "repeat" mode the avatar says back what it heard */
+ui.talk.addEventListener('click', guarded(() => (state.mic ? stopMic() :
+  startMic(ui.sayMode.value === 'chat' ? 'chat' : 'echo'))));
 ui.interrupt.addEventListener('click', guarded(() => interrupt()));
 ui.mic.addEventListener('click', guarded(() => (state.mic ? stopMic() : startMic())));
 ui.record.addEventListener('click', guarded(() => (state.recording ? stopRecording() : startRecording())));

@@ -16,8 +16,9 @@ export const CHROMIUM_ARGS = [
   '--use-fake-device-for-media-stream', '--disable-features=WebRtcHideLocalIpsWithMdns',
 ];
 
-export async function launchBrowser() {
-  return chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS, headless: true });
+/* extraArgs: more Chromium switches (a fake microphone file: --use-file-for-fake-audio-capture). */
+export async function launchBrowser(extraArgs = []) {
+  return chromium.launch({ executablePath: CHROMIUM, args: [...CHROMIUM_ARGS, ...extraArgs], headless: true });
 }
 
 /* A fresh context (its own connection pool and permissions) with the page loaded and window.fc

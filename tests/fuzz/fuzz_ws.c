@@ -1,6 +1,7 @@
-/* libFuzzer: WebSocket microphone audio (/ws/audio) through a real server in this process
- * (harness.h): each input is written raw, as frames, to a fresh upgraded connection on a live
- * session; then the server must still answer. */
+/* libFuzzer: WebSocket audio through a real server in this process (harness.h): the first
+ * byte picks the route (a live session's microphone lip-synced, /ws/audio; heard for voice
+ * chat, ?mode=echo: the VAD and ASR; LiveTalking's ASR page protocol, /api/asr), the rest is
+ * written raw, as frames, to a fresh upgraded connection; then the server must still answer. */
 #include "fuzz.h"
 #include "harness.h"
 
@@ -16,13 +17,21 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (!size) return 0;
+  int route = data[0] % 3;
+  data++, size--;
   int fd = fc_fuzz_connect();
-  char req[512];
+  char req[512], path[128];
+  if (route == 2)
+    snprintf(path, sizeof path, "/api/asr");
+  else
+    snprintf(path, sizeof path, "/ws/audio?sessionid=%s%s", fc_fuzz_session(),
+             route ? "&mode=echo" : "");
   int k = snprintf(req, sizeof req,
-                   "GET /ws/audio?sessionid=%s HTTP/1.1\r\nHost: fuzz\r\nUpgrade: websocket\r\n"
+                   "GET %s HTTP/1.1\r\nHost: fuzz\r\nUpgrade: websocket\r\n"
                    "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
                    "Sec-WebSocket-Version: 13\r\n\r\n",
-                   fc_fuzz_session());
+                   path);
   if (send(fd, req, (size_t)k, MSG_NOSIGNAL) != k) __builtin_trap();
   char buf[4096];
   size_t got = 0;
