@@ -89,6 +89,24 @@ int fc_server_run(fc_server *s, int handle_signals);
 void fc_server_quit(fc_server *s);
 void fc_server_destroy(fc_server *s);
 
+/* The conversation benchmark (facecast bench chat, src/bench/chat.c): `turns` of each kind
+ * against zero-think-time fakes of an LLM and a transcription service; each figure is
+ * {p50, p95, max} in ms (-1: none measured). */
+typedef struct fc_chat_bench {
+  int turns, failed, hangover_ms;
+  double typed_first_frame_ms[3];    /* /human chat → first speaking frame sent */
+  double typed_after_sentence_ms[3]; /* the LLM's first sentence → first speaking frame */
+  double voice_first_frame_ms[3];    /* end of speech (VAD endpoint) → first frame, pocketsphinx */
+  double voice_asr_ms[3];            /*   … → transcript */
+  double instant_first_frame_ms[3];  /* the same with an instant transcription service */
+  double instant_asr_ms[3];
+  double interrupt_sse_ms[3];        /* /interrupt_talk → SSE chat "cancelled" at the client */
+  double interrupt_llm_closed_ms[3]; /* /interrupt_talk → the LLM sees its connection closed */
+  double barge_in_ms[3];             /* speech over the avatar (its first sound, captured 60 ms
+                                      * before its chunk is sent) → SSE listen "barge-in" */
+} fc_chat_bench;
+int fc_server_bench_chat(const fc_server_params *p, int turns, fc_chat_bench *out);
+
 /* One run of the serving benchmark: `sessions` live sessions without browsers (the same
  * encoders into fakesinks), `talking` of them speaking all the time, for `seconds`. */
 typedef struct fc_serve_bench {

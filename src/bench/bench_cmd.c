@@ -32,7 +32,8 @@ static void bench_usage(FILE *f) {
         "       facecast bench model --checkpoint FILE [--device cpu|cuda] [--dtype fp32|fp16|bf16]\n"
         "                            [--batches 1,4,8,16,...] [--seconds S] [--json]\n"
         "       facecast bench pack [--frames N] [--size WxH] [--processes P] [--runs R]\n"
-        "                           [--dir DIR]\n",
+        "                           [--dir DIR]\n"
+        "       facecast bench chat [--turns N] [--vad-hangover-ms MS] [--json]\n",
         f);
 }
 
@@ -150,6 +151,75 @@ static int write_serve_report(const char *prefix, const fc_server_params *sp, co
 #undef YL
   fclose(f);
   return FC_OK;
+}
+
+/* bench chat: conversation turns against zero-think-time fakes (src/bench/chat.c). */
+static void chat_row(const char *what, const double v[3], int json, const char *key) {
+  if (json)
+    printf("%s\"%s\":{\"p50\":%.1f,\"p95\":%.1f,\"max\":%.1f}", *key == 't' &&
+           !strcmp(key, "typed_first_frame_ms") ? "" : ",", key, v[0], v[1], v[2]);
+  else
+    printf("  %-58s %7.1f %7.1f %7.1f\n", what, v[0], v[1], v[2]);
+}
+
+static int bench_chat(int argc, char **argv) {
+  static const struct option opts[] = {{"turns", required_argument, 0, 't'},
+                                       {"vad-hangover-ms", required_argument, 0, 'v'},
+                                       {"json", no_argument, 0, 'j'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  double turns = 10, hang = 500;
+  int json = 0, c, err;
+  fc_server_params sp = fc_server_params_default();
+  optind = 1;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+    case 't':
+      if ((err = fc_cli_parse_real("--turns", optarg, 1, 1000, &turns))) return fc_cli_fail(err);
+      break;
+    case 'v':
+      if ((err = fc_cli_parse_real("--vad-hangover-ms", optarg, 100, 5000, &hang)))
+        return fc_cli_fail(err);
+      break;
+    case 'j': json = 1; break;
+    case 'h': bench_usage(stdout); return FC_EXIT_OK;
+    default: return fc_cli_bad_option("bench", argv);
+    }
+  }
+  sp.vad_hangover_ms = (int)hang;
+  fc_chat_bench r;
+  if (!json)
+    fprintf(stderr, "bench chat: %d turns of each kind (typed, interrupted, spoken with "
+                    "pocketsphinx, spoken with an instant ASR); about %d s\n",
+            (int)turns, (int)(turns * 10));
+  if ((err = fc_server_bench_chat(&sp, (int)turns, &r))) return fc_cli_fail(err);
+  if (json) printf("{\"bench\":\"chat\",\"turns\":%d,\"failed\":%d,\"hangover_ms\":%d,",
+                   r.turns, r.failed, r.hangover_ms);
+  else printf("bench chat: %d turns each, %d failed; ms                                 p50     p95     max\n",
+              r.turns, r.failed);
+  chat_row("typed: /human chat -> first speaking frame sent", r.typed_first_frame_ms, json,
+           "typed_first_frame_ms");
+  chat_row("typed: the LLM's first sentence -> first speaking frame", r.typed_after_sentence_ms,
+           json, "typed_after_sentence_ms");
+  chat_row("spoken, pocketsphinx: end of speech -> transcript", r.voice_asr_ms, json,
+           "voice_asr_ms");
+  chat_row("spoken, pocketsphinx: end of speech -> first speaking frame", r.voice_first_frame_ms,
+           json, "voice_first_frame_ms");
+  chat_row("spoken, instant ASR: end of speech -> transcript", r.instant_asr_ms, json,
+           "instant_asr_ms");
+  chat_row("spoken, instant ASR: end of speech -> first speaking frame",
+           r.instant_first_frame_ms, json, "instant_first_frame_ms");
+  chat_row("interrupt -> SSE cancelled at the client", r.interrupt_sse_ms, json,
+           "interrupt_sse_ms");
+  chat_row("interrupt -> the LLM's connection closed, at the fake LLM",
+           r.interrupt_llm_closed_ms, json, "interrupt_llm_closed_ms");
+  chat_row("barge-in: first sound over the avatar -> SSE barge-in", r.barge_in_ms, json,
+           "barge_in_ms");
+  if (json) printf("}\n");
+  else printf("  (end of speech: the VAD's endpoint, %d ms after the last voiced sound)\n",
+              r.hangover_ms);
+  return r.failed ? FC_EXIT_FAIL : FC_EXIT_OK;
 }
 
 static int bench_serve(int argc, char **argv) {
@@ -513,6 +583,7 @@ int fc_cmd_bench(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "serve") == 0) return bench_serve(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "model") == 0) return bench_model(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "pack") == 0) return fc_bench_pack(argc - 1, argv + 1);
+  if (argc >= 2 && strcmp(argv[1], "chat") == 0) return bench_chat(argc - 1, argv + 1);
   if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
     bench_usage(stdout);
     return FC_EXIT_OK;

@@ -149,6 +149,11 @@ void fc_wsc_send_binary(fc_wsc *w, const void *data, size_t n) {
   soup_websocket_connection_send_binary(w->ws, data, n);
 }
 
+void fc_wsc_pump(fc_wsc *w) {
+  for (int i = 0; i < 16 && g_main_context_iteration(w->ctx, FALSE); i++) {
+  }
+}
+
 int fc_wsc_run(fc_wsc *w, fc_wsc_msg_fn on_msg, void *user) {
   w->on_msg = on_msg;
   w->user = user;

@@ -22,6 +22,8 @@ fc_wsc *fc_wsc_connect(SoupMessage *msg, const char *origin, const char *const *
                        int timeout_s, GCancellable *cancel, const char *who, int *err);
 void fc_wsc_send_text(fc_wsc *w, const char *text);
 void fc_wsc_send_binary(fc_wsc *w, const void *data, size_t n);
+/* Writes what was sent without waiting for anything (a stream of sends: a microphone). */
+void fc_wsc_pump(fc_wsc *w);
 
 /* A message: 0 to go on, 1 when the exchange is complete, or a negative error (FC_E*, with a
  * detail set) to end it with. */

@@ -37,11 +37,16 @@ typedef struct asr_conn {
   int16_t out[8192];
 } asr_conn;
 
+/* References: the connection's "closed" handler (until the connection object goes) and the
+ * ear (until its last job is done). The connection object itself is held only while open:
+ * holding it longer would keep it, its handler and so this alive in a cycle, and the client's
+ * connection slot with them (found by fuzzing: 256 closed connections later, the client was
+ * refused). */
 static void conn_unref(gpointer p) {
   asr_conn *a = p;
   if (!g_atomic_int_dec_and_test(&a->refs)) return;
   fc_resampler_destroy(a->rs);
-  g_object_unref(a->ws);
+  if (a->ws) g_object_unref(a->ws);
   fc_conn_unref(a->conn);
   g_free(a);
 }
@@ -51,7 +56,7 @@ static void send_json(asr_conn *a, JsonBuilder *b) {
   JsonNode *root = json_builder_get_root(b);
   json_generator_set_root(g, root);
   char *t = json_generator_to_data(g, NULL);
-  if (soup_websocket_connection_get_state(a->ws) == SOUP_WEBSOCKET_STATE_OPEN)
+  if (a->ws && soup_websocket_connection_get_state(a->ws) == SOUP_WEBSOCKET_STATE_OPEN)
     soup_websocket_connection_send_text(a->ws, t);
   g_free(t);
   json_node_unref(root);
@@ -180,6 +185,8 @@ static void on_closed(SoupWebsocketConnection *ws, gpointer user) {
   asr_conn *a = user;
   fc_ear_close(a->ear); /* (drops its reference to a) */
   a->ear = NULL;
+  g_object_unref(a->ws); /* (emitting, the connection holds itself) */
+  a->ws = NULL;
 }
 
 void fc_route_asr(SoupServer *server, SoupServerMessage *msg, const char *path,

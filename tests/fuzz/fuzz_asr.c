@@ -32,7 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!err && final != 0 && final != 1) __builtin_trap();
     text_ok(err, t);
   } else {
-    fc_vad_params p = {.onset_ms = 20 + data[0] % 100, .hangover_ms = 100 + (size % 400)};
+    fc_vad_params p = {.onset_ms = 20 + (int)(piece % 100), .hangover_ms = 100 + (int)(size % 400)};
     fc_vad *v = fc_vad_create(&p);
     const int16_t *pcm = (const int16_t *)data; /* (libFuzzer's buffers are aligned) */
     size_t n = size / 2, at = 0;
