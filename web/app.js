@@ -17,7 +17,7 @@ const ui = {
   form: $('say-form'), text: $('text'), send: $('send'), interruptCheck: $('interrupt-check'),
   interrupt: $('interrupt'), mic: $('mic'), micLevel: $('mic-level'), record: $('record'),
   talk: $('talk'), sayMode: $('say-mode'), voice: $('voice'), emotion: $('emotion'),
-  transcript: $('transcript'), timeline: $('timeline'),
+  transcript: $('transcript'), timeline: $('timeline'), engines: $('engines'),
   download: $('download'), log: $('log'), apiKey: $('api-key'),
   st: {
     fps: $('st-fps'), decoded: $('st-decoded'), res: $('st-res'), lost: $('st-lost'),
@@ -846,6 +846,15 @@ window.addEventListener('pagehide', () => {
 });
 
 setUi();
+
+/* What the server's conversation runs on (GET /healthz): its voice, its ears, whether it has an
+ * LLM (without one, chat mode is offered but says so). */
+fetch('/healthz').then((r) => r.json()).then((j) => {
+  const h = j.data || {};
+  ui.engines.textContent = `voice: ${h.tts || '?'} · ears: ${h.asr || '?'} · chat: ${h.chat ? 'LLM' : 'off (no LLM)'}`;
+  const chatOption = ui.sayMode.querySelector('option[value="chat"]');
+  if (chatOption && h.chat === false) chatOption.textContent = 'answer it (chat: no LLM here)';
+}).catch(() => {});
 
 window.fc = {
   state, connect, disconnect, say, interrupt, isSpeaking, startMic, stopMic,

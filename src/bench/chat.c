@@ -132,7 +132,8 @@ static void fake_route(SoupServer *s, SoupServerMessage *msg, const char *path, 
   GSocket *sock = soup_server_message_get_socket(msg);
   if (sock) {
     e->watch = g_socket_create_source(sock, G_IO_IN | G_IO_HUP | G_IO_ERR, NULL);
-    g_source_set_callback(e->watch, G_SOURCE_FUNC(endless_watch), e, NULL);
+    /* (parenthesised: see converse/wsc.c; a socket source's function takes the socket first) */
+    (g_source_set_callback)(e->watch, G_SOURCE_FUNC(endless_watch), e, NULL);
     g_source_attach(e->watch, f->ctx);
   }
   g_signal_connect_data(msg, "disconnected", G_CALLBACK(endless_gone), e, endless_free, 0);

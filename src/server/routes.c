@@ -4,6 +4,8 @@
 #include "facecast/error.h"
 #include "server/internal.h"
 #include "server/listen.h"
+#include "speech/voice.h"
+#include "converse/asr.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -18,12 +20,18 @@ static void h_healthz(SoupServer *server, SoupServerMessage *msg, const char *pa
   g_mutex_unlock(&srv->lock);
   /* The frame size and the mouth's box let clients (and tests) watch the lips. */
   const fc_mouth_geom *m = fc_avatar_mouth(srv->avatar, 0);
+  /* and what the conversation runs on: the voice, the ears, whether chat is on */
+  const char *asr = srv->p.asr && *srv->p.asr ? srv->p.asr : "pocketsphinx";
   char *d = g_strdup_printf(
       "{\"sessions\":%u,\"max_sessions\":%d,\"model\":\"%s\",\"width\":%d,\"height\":%d,"
-      "\"mouth\":{\"x\":%d,\"y\":%d,\"w\":%d,\"h\":%d}}",
+      "\"mouth\":{\"x\":%d,\"y\":%d,\"w\":%d,\"h\":%d},\"tts\":\"%s\",\"asr\":\"%s\","
+      "\"chat\":%s}",
       n, srv->p.max_sessions, fc_lipsync_name(srv->lipsync), fc_avatar_width(srv->avatar),
       fc_avatar_height(srv->avatar), (int)(m->cx - m->half_w), (int)(m->cy - 0.05f * m->face_h),
-      (int)(2 * m->half_w), (int)(0.2f * m->face_h));
+      (int)(2 * m->half_w), (int)(0.2f * m->face_h),
+      srv->voice ? fc_voice_name(srv->voice) : "espeak",
+      !g_ascii_strcasecmp(asr, "none") ? "none" : srv->asr ? fc_asr_name(srv->asr) : asr,
+      srv->llm ? "true" : "false");
   fc_http_ok(msg, d);
   g_free(d);
 }

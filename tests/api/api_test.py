@@ -442,6 +442,8 @@ def main():
         st, js, _, _ = c.req("GET", "/healthz")
         check(st == 200 and js["code"] == 0 and js["data"]["sessions"] == 0, "healthz")
         check(js["data"]["width"] == 512 and js["data"]["mouth"]["w"] > 20, "healthz reports frame and mouth box")
+        check(js["data"].get("tts") == "espeak" and js["data"].get("asr") == "pocketsphinx" and js["data"].get("chat") is False,
+              f"healthz names the voice, the ears and whether chat is on ({js['data']})")
         st, _, body, r = c.req("GET", "/")
         check(st == 200 and b"<html" in body.lower() and r.getheader("Content-Type").startswith("text/html"), "web page at /")
         st, js, _, _ = c.req("GET", "/no-such-file.js")

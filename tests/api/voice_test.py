@@ -62,6 +62,8 @@ def provider_round(fake, name, args, expect_path, check_request):
     srv, port, log = start({"TTS_API_KEY": SECRET}, "--tts", name, *args)
     try:
         c, sid, ev = open_session(port)
+        hz = c.req("GET", "/healthz")[1]["data"]
+        check(hz.get("tts") == {"fishtts": "fish"}.get(name, name), f"{name}: /healthz names the voice ({hz.get('tts')})")
         n_req = len(fake.requests)
         before = infer_frames(c)
         t0 = time.monotonic()
