@@ -21,6 +21,7 @@
  *           was cut then) */
 #include "converse/llm.h"
 #include "converse/wsc.h"
+#include "core/tsan.h"
 #include "facecast/error.h"
 #include "facecast/server.h"
 #include "facecast/tts.h"
@@ -251,6 +252,7 @@ static int on_sse(void *user, const char *data, size_t n) {
   event *e = g_new(event, 1);
   e->t = g_get_monotonic_time();
   e->data = g_strndup(data, n);
+  FC_TSAN_RELEASE(e); /* (GAsyncQueue's hand-off is GLib's, unseen by ThreadSanitizer) */
   g_async_queue_push(c->events, e);
   return 0;
 }
@@ -328,6 +330,7 @@ static gint64 wait_event(client *c, int listen, const char *status, int timeout_
     gint64 left = until - g_get_monotonic_time();
     event *e = left > 0 ? g_async_queue_timeout_pop(c->events, (guint64)left) : NULL;
     if (!e) return 0;
+    FC_TSAN_ACQUIRE(e);
     char *st = NULL;
     double turn = 0;
     int kind_ok = listen ? ev_field(e, "status", &st, NULL) && strstr(e->data, "\"segment\"")
@@ -354,6 +357,7 @@ static gint64 wait_event(client *c, int listen, const char *status, int timeout_
 static void drain(client *c) {
   event *e;
   while ((e = g_async_queue_try_pop(c->events))) {
+    FC_TSAN_ACQUIRE(e);
     g_free(e->data);
     g_free(e);
   }
