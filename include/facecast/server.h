@@ -56,7 +56,7 @@ typedef struct fc_server_params {
   const char *tts_url;       /* the service; NULL = its usual address */
   const char *tts_key;       /* bearer token, never logged; NULL = none */
   const char *tts_model;     /* openai's model; NULL = "tts-1" */
-  const char *tts_voice;     /* the default voice when a request names none */
+  const char *tts_voice;     /* the voice when a request names none (espeak's too) */
   const char *tts_ref_audio; /* reference audio for cloning (a WAV here; gpt-sovits: a path on
                               * its server; fish: a WAV here or a reference id) */
   const char *tts_ref_text;  /* what the reference says */

@@ -58,7 +58,20 @@ static void line_free(gpointer p) {
 
 int fc_server_voice_start(fc_server *srv, int *err) {
   const fc_server_params *p = &srv->p;
-  if (!p->tts || !*p->tts || !g_ascii_strcasecmp(p->tts, "espeak")) return 0;
+  if (!p->tts || !*p->tts || !g_ascii_strcasecmp(p->tts, "espeak")) {
+    if (p->tts_voice) { /* the embedded voice's default: refused now, not at every sentence */
+      fc_speech sp;
+      fc_tts_params tp = {.voice = p->tts_voice};
+      if ((*err = fc_tts_speak("a", &tp, &sp))) {
+        char *why = g_strdup(fc_error_detail(*err));
+        *err = fc_error_set(*err, "--tts-voice %s: %s", p->tts_voice, why);
+        g_free(why);
+        return *err;
+      }
+      fc_speech_free(&sp);
+    }
+    return 0;
+  }
   fc_voice_params vp = {.provider = p->tts,
                         .url = p->tts_url,
                         .api_key = p->tts_key,
@@ -133,7 +146,7 @@ int fc_session_say_cancel(fc_session *s) {
 
 static int say_espeak(fc_session *s, const say_line *l) {
   fc_speech sp;
-  fc_tts_params tp = {.voice = l->tts->voice};
+  fc_tts_params tp = {.voice = l->tts->voice ? l->tts->voice : s->srv->p.tts_voice};
   int err = fc_tts_speak(l->text, &tp, &sp);
   if (err == FC_EINVAL && tp.voice) { /* a service's voice espeak does not know: by the text */
     tp.voice = NULL;

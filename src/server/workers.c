@@ -93,7 +93,7 @@ void fc_job_run(gpointer data, gpointer user) {
   case FC_JOB_SAY: fc_session_say_run(j->s); break;
   case FC_JOB_SPEAK: {
     fc_speech sp;
-    fc_tts_params tp = {.voice = j->voice};
+    fc_tts_params tp = {.voice = j->voice ? j->voice : srv->p.tts_voice}; /* --tts-voice */
     if (!(err = fc_tts_speak(j->text, &tp, &sp))) {
       err = queue_speech(j->s, &sp, j->interrupt);
       fc_speech_free(&sp);

@@ -273,7 +273,7 @@ def main():
     finally:
         stop(srv)
     for args, what in [(["--tts", "klingon"], "unknown TTS provider"), (["--tts", "openai", "--tts-url", "ftp://x"], "http://"),
-                       (["--tts-rate", "12"], "--tts-rate")]:
+                       (["--tts-rate", "12"], "--tts-rate"), (["--tts-voice", "klingon-xx"], "--tts-voice klingon-xx")]:
         p = subprocess.run([BIN, "serve", "--port", "0", *args], capture_output=True, text=True, timeout=30)
         last = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
         check(p.returncode == 2 and what in last, f"{' '.join(args)}: one line, exit 2 ({p.returncode}: {last})")
