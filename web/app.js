@@ -849,8 +849,25 @@ setUi();
 
 /* What the server's conversation runs on (GET /healthz): its voice, its ears, whether it has an
  * LLM (without one, chat mode is offered but says so). */
+/* Voices to pick from, by the server's TTS (any other name can be typed). */
+const VOICES = {
+  espeak: ['en', 'en-us', 'en-us+klatt', 'de', 'fr', 'es', 'it', 'pt', 'ru', 'ja', 'zh', 'zh-HK'],
+  edge: ['zh-CN-YunxiaNeural', 'zh-CN-XiaoxiaoNeural', 'zh-CN-YunxiNeural', 'zh-HK-HiuGaaiNeural',
+    'en-US-AriaNeural', 'en-US-GuyNeural', 'en-GB-SoniaNeural', 'de-DE-KatjaNeural',
+    'fr-FR-DeniseNeural', 'es-ES-ElviraNeural', 'ja-JP-NanamiNeural', 'ko-KR-SunHiNeural'],
+  openai: ['alloy', 'ash', 'ballad', 'coral', 'echo', 'fable', 'nova', 'onyx', 'sage', 'shimmer',
+    'verse'],
+  cosyvoice: ['中文女', '中文男', '英文女', '英文男', '日语男', '粤语女', '韩语女'],
+};
+
 fetch('/healthz').then((r) => r.json()).then((j) => {
   const h = j.data || {};
+  const list = $('voices');
+  for (const v of VOICES[h.tts] || []) {
+    const o = document.createElement('option');
+    o.value = v;
+    list.append(o);
+  }
   ui.engines.textContent = `voice: ${h.tts || '?'} · ears: ${h.asr || '?'} · chat: ${h.chat ? 'LLM' : 'off (no LLM)'}`;
   const chatOption = ui.sayMode.querySelector('option[value="chat"]');
   if (chatOption && h.chat === false) chatOption.textContent = 'answer it (chat: no LLM here)';

@@ -2,7 +2,8 @@
  * OpenAI's streaming chat protocol), then voice chat — Chromium's fake microphone playing a WAV
  * espeak-ng made of a spoken question (--use-file-for-fake-audio-capture), through the page's
  * AudioWorklet to /ws/audio?mode=chat, heard by the server's pocketsphinx, answered — with both
- * sides in the transcript, each turn's timeline shown, and the avatar speaking. */
+ * sides in the transcript, each turn's timeline shown, and the avatar speaking; the page names
+ * the server's voice, ears and LLM, and offers its voices to pick. */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -83,6 +84,10 @@ describe('conversation on the page', () => {
   const transcript = () => page.evaluate(() => window.fc.state.transcript.map(({ who, text, how, turn }) => ({ who, text, how, turn })));
 
   test('a typed question in chat mode: both sides in the transcript, the timeline shown', async () => {
+    await waitFor(async () => /voice: espeak · ears: pocketsphinx · chat: LLM/.test(await page.textContent('#engines')),
+      { what: 'the engines line (from /healthz)' });
+    const voices = await page.$$eval('#voices option', (os) => os.map((o) => o.value));
+    assert.ok(voices.includes('zh') && voices.includes('en-us'), `espeak's voices to pick from: ${voices}`);
     await page.selectOption('#say-mode', 'chat');
     await page.fill('#text', 'How is the weather?');
     await page.click('#send');
