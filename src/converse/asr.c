@@ -248,15 +248,22 @@ static int finish_openai(fc_asr_stream *s, GCancellable *cancel, char **text) {
   SoupSession *ss = soup_session_new_with_options("timeout", (guint)a->timeout_s, "user-agent",
                                                   "facecast", NULL);
   GError *e = NULL;
-  GBytes *body = soup_session_send_and_read(ss, m, cancel, &e);
+  /* the answer, read up to MAX_ANSWER (a service's body is not trusted to be small) */
+  GInputStream *in = soup_session_send(ss, m, cancel, &e);
+  char *d = in ? g_malloc(MAX_ANSWER + 1) : NULL;
+  gsize n = 0;
+  if (in && !g_input_stream_read_all(in, d, MAX_ANSWER + 1, &n, cancel, &e)) {
+    g_free(d);
+    d = NULL;
+  }
   int err;
-  if (!body) {
+  if (!d) {
     err = g_error_matches(e, G_IO_ERROR, G_IO_ERROR_CANCELLED)
               ? fc_error_set(FC_ECANCELED, "cancelled")
               : remote_fail(a, e ? e->message : "no answer");
+  } else if (n > MAX_ANSWER) {
+    err = remote_fail(a, "an answer over 256 KiB");
   } else {
-    gsize n;
-    const char *d = g_bytes_get_data(body, &n);
     unsigned st = soup_message_get_status(m);
     const char *ct = soup_message_headers_get_content_type(soup_message_get_response_headers(m), NULL);
     err = fc_asr_parse_openai(d, n, !ct || strstr(ct, "json") != NULL, text);
@@ -267,8 +274,9 @@ static int finish_openai(fc_asr_stream *s, GCancellable *cancel, char **text) {
       err = remote_fail(a, why);
       g_free(why);
     }
-    g_bytes_unref(body);
   }
+  g_free(d);
+  if (in) g_object_unref(in);
   g_clear_error(&e);
   soup_session_abort(ss);
   g_object_unref(ss);

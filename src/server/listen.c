@@ -327,9 +327,12 @@ static void listen_event(fc_session *s, const char *status, uint32_t seg, const 
 
 static void on_speech(void *user, uint32_t seg) {
   fc_session *s = user;
+  g_mutex_lock(&s->chat_lock);
+  int queued = s->chat_job; /* sentences waiting or being made into speech */
+  g_mutex_unlock(&s->chat_lock);
   /* barge-in: the user speaks while the avatar does (or is about to): it stops at once */
   if (s->srv->p.barge_in && (fc_session_is_speaking(s) || (s->chat && fc_chat_turn(s->chat)) ||
-                             s->chat_job)) {
+                             queued)) {
     uint32_t turn = fc_session_chat_cancel(s);
     fc_session_interrupt(s);
     char extra[32];
