@@ -12,6 +12,7 @@
 
 #include <gst/app/gstappsink.h>
 #include <gst/app/gstappsrc.h>
+#include <stdlib.h>
 #include <string.h>
 
 struct fc_audio_dec {
@@ -140,4 +141,76 @@ int fc_audio_dec_take(fc_audio_dec *d, int timeout_ms, const float **pcm, size_t
   *pcm = d->pcm;
   *done = d->eos;
   return err;
+}
+
+int fc_audio_decode_file(const char *path, double max_seconds, fc_audio *out) {
+  memset(out, 0, sizeof *out);
+  int err = fc_gst_init();
+  if (err) return err;
+  char *q = g_strescape(path, NULL);
+  char *desc = g_strdup_printf(
+      "filesrc location=\"%s\" ! decodebin ! audioconvert ! audioresample ! "
+      "audio/x-raw,format=F32LE,rate=%d,channels=1,layout=interleaved ! appsink name=sink "
+      "sync=false",
+      q, FC_SAMPLE_RATE);
+  g_free(q);
+  GError *e = NULL;
+  GstElement *pipe = gst_parse_launch(desc, &e);
+  g_free(desc);
+  if (!pipe || e) {
+    err = fc_error_set(FC_EMEDIA, "audio decoder: %s", e ? e->message : "cannot build it");
+    g_clear_error(&e);
+    if (pipe) gst_object_unref(pipe);
+    return err;
+  }
+  GstElement *sink = gst_bin_get_by_name(GST_BIN(pipe), "sink");
+  GstBus *bus = gst_element_get_bus(pipe);
+  size_t cap = 0, max = (size_t)(max_seconds * FC_SAMPLE_RATE);
+  gst_element_set_state(pipe, GST_STATE_PLAYING);
+  for (;;) {
+    GstSample *smp = gst_app_sink_try_pull_sample(GST_APP_SINK(sink), 100 * GST_MSECOND);
+    if (smp) {
+      GstBuffer *b = gst_sample_get_buffer(smp);
+      GstMapInfo mi;
+      if (b && gst_buffer_map(b, &mi, GST_MAP_READ)) {
+        size_t k = mi.size / sizeof(float);
+        if (out->n + k > max) err = fc_error_set(FC_EFORMAT, "the audio is over %.0f s", max_seconds);
+        if (!err && out->n + k > cap) {
+          cap = MAX(cap * 2, out->n + k + 16000);
+          float *grown = realloc(out->samples, cap * sizeof(float)); /* (fc_audio_free frees) */
+          if (grown) out->samples = grown;
+          else err = fc_error_set(FC_ENOMEM, "audio decoder: out of memory");
+        }
+        if (!err) memcpy(out->samples + out->n, mi.data, k * sizeof(float));
+        if (!err) out->n += k;
+        gst_buffer_unmap(b, &mi);
+      }
+      gst_sample_unref(smp);
+      if (err) break;
+      continue;
+    }
+    GstMessage *m = gst_bus_pop_filtered(bus, GST_MESSAGE_ERROR);
+    if (m) {
+      GError *ge = NULL;
+      gst_message_parse_error(m, &ge, NULL);
+      err = fc_error_set(FC_EFORMAT, "not audio GStreamer decodes here (WAV, MP3, M4A, Ogg, "
+                                     "WebM, FLAC): %s", ge ? ge->message : "error");
+      g_clear_error(&ge);
+      gst_message_unref(m);
+      break;
+    }
+    if (gst_app_sink_is_eos(GST_APP_SINK(sink))) break;
+  }
+  gst_element_set_state(pipe, GST_STATE_NULL);
+  gst_object_unref(bus);
+  gst_object_unref(sink);
+  gst_object_unref(pipe);
+  if (!err && !out->n) err = fc_error_set(FC_EFORMAT, "the file holds no audio");
+  if (err) {
+    free(out->samples);
+    memset(out, 0, sizeof *out);
+    return err;
+  }
+  out->rate = FC_SAMPLE_RATE;
+  return FC_OK;
 }

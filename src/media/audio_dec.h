@@ -9,6 +9,8 @@
 #ifndef FC_MEDIA_AUDIO_DEC_H
 #define FC_MEDIA_AUDIO_DEC_H
 
+#include "facecast/audio.h"
+
 #include <stddef.h>
 
 typedef struct fc_audio_dec fc_audio_dec;
@@ -25,5 +27,10 @@ int fc_audio_dec_end(fc_audio_dec *d);
  * timeout_ms for the decoder to finish, and *done becomes 1 once everything has come out.
  * *pcm is the decoder's buffer, valid until the next call. */
 int fc_audio_dec_take(fc_audio_dec *d, int timeout_ms, const float **pcm, size_t *n, int *done);
+
+/* A whole file of any audio GStreamer decodes (MP3, M4A/AAC, Ogg, WebM/Opus, FLAC, WAV …),
+ * as 16 kHz mono (out->samples owned). FC_EFORMAT (one line naming the problem) for what does
+ * not decode or holds no audio, or audio past max_seconds. */
+int fc_audio_decode_file(const char *path, double max_seconds, fc_audio *out);
 
 #endif

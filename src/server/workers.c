@@ -3,10 +3,12 @@
  * answers a request finishes it on the main loop (the request stays paused until then). */
 #include "facecast/error.h"
 #include "facecast/tts.h"
+#include "media/audio_dec.h"
 #include "server/internal.h"
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct reply {
   SoupServerMessage *msg;
@@ -66,6 +68,27 @@ static int queue_speech(fc_session *s, const fc_speech *sp, int interrupt) {
   return err;
 }
 
+/* An upload that is not WAV, through GStreamer (media/audio_dec.h), from a temporary file:
+ * containers such as MP4 keep their index at the end, so the decoder needs to seek. */
+static int decode_upload(const void *d, size_t n, fc_audio *out) {
+  GError *e = NULL;
+  char *path = NULL;
+  int fd = g_file_open_tmp("facecast-upload-XXXXXX", &path, &e);
+  int err;
+  if (fd < 0) {
+    err = fc_error_set(FC_EIO, "cannot keep the upload: %s", e->message);
+    g_error_free(e);
+    return err;
+  }
+  ssize_t w = write(fd, d, n);
+  close(fd);
+  err = w == (ssize_t)n ? fc_audio_decode_file(path, 120, out)
+                        : fc_error_set(FC_EIO, "cannot keep the upload");
+  unlink(path);
+  g_free(path);
+  return err;
+}
+
 /* Frees a job and what it holds (the paused request's reference too, if it still has one). */
 void fc_job_free(fc_job *j) {
   if (j->counted) g_atomic_int_add(&j->s->jobs_waiting, -1);
@@ -105,12 +128,16 @@ void fc_job_run(gpointer data, gpointer user) {
     fc_speech sp = {0};
     gsize n;
     const void *d = g_bytes_get_data(j->data, &n);
-    if (!(err = fc_wav_read_mem(d, n, j->name, &raw))) {
-      err = fc_resample(&raw, FC_SAMPLE_RATE, &sp.audio);
-      fc_audio_free(&raw);
-      if (!err) err = queue_speech(j->s, &sp, j->interrupt);
-      fc_speech_free(&sp);
+    if (n >= 4 && !memcmp(d, "RIFF", 4)) { /* WAV: read here */
+      if (!(err = fc_wav_read_mem(d, n, j->name, &raw))) {
+        err = fc_resample(&raw, FC_SAMPLE_RATE, &sp.audio);
+        fc_audio_free(&raw);
+      }
+    } else { /* anything else GStreamer decodes: MP3, M4A, Ogg, WebM from MediaRecorder … */
+      err = decode_upload(d, n, &sp.audio);
     }
+    if (!err) err = queue_speech(j->s, &sp, j->interrupt);
+    fc_speech_free(&sp);
     break;
   }
   case FC_JOB_RECORD_STOP: {

@@ -538,6 +538,20 @@ def main():
         st, _ = raw_request(port, "POST /human HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                                   "Transfer-Encoding: chunked\r\n\r\n5\r\n{\"a\":\r\n0\r\n\r\n")
         check(st == 411, "chunked body without length: 411 (%d)" % st)
+        # any audio GStreamer decodes: MP3, M4A (its index at the end), WebM/Opus as a browser's
+        # MediaRecorder makes it; what is not audio is a 400 that says so
+        src = os.path.join(DATA_DIR, "up.wav")
+        open(src, "wb").write(wav_bytes(0.8, 44100))
+        for ext, args in [("mp3", ["-c:a", "libmp3lame"]), ("m4a", ["-c:a", "aac"]), ("webm", ["-c:a", "libopus"])]:
+            out = os.path.join(DATA_DIR, "up." + ext)
+            subprocess.run(["ffmpeg", "-loglevel", "error", "-y", "-i", src, *args, out], check=True)
+            body, ct = multipart({"sessionid": (None, sid.encode()), "file": ("up." + ext, open(out, "rb").read())})
+            st, js, _, _ = c.req("POST", "/humanaudio", body, ctype=ct)
+            check(st == 200 and js["code"] == 0, f"{ext} upload: decoded and spoken ({st} {js})")
+        body, ct = multipart({"sessionid": (None, sid.encode()), "file": ("x.mp3", b"ID3" + os.urandom(3000))})
+        st, js, _, _ = c.req("POST", "/humanaudio", body, ctype=ct)
+        check(is_error(st, js, 400) and "decode" in js["msg"], f"an upload that is not audio: 400 ({(js or {}).get('msg')})")
+        c.post("/interrupt_talk", {"sessionid": sid})
 
         # Recording.
         st, js, _, _ = c.post("/record", {"sessionid": sid, "type": "end_record"})
