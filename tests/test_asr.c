@@ -175,6 +175,9 @@ static void test_parse(void) {
   FC_CHECK(fc_asr_parse_openai("plain words\n", 12, 0, &t) == 0 && !strcmp(t, "plain words"));
   g_free(t);
   FC_CHECK(fc_asr_parse_openai("[1,2]", 5, 1, &t) == FC_EREMOTE);
+  const char *empty = "{\"error\":{\"message\":\"\"}}"; /* found by fuzzing: an empty detail */
+  FC_CHECK(fc_asr_parse_openai(empty, strlen(empty), 1, &t) == FC_EREMOTE);
+  FC_CHECK(strstr(fc_error_detail(FC_EREMOTE), "without a message"));
   int final;
   const char *fin = "{\"mode\":\"2pass-offline\",\"text\":\"今天天气很好\",\"wav_name\":\"h5\","
                     "\"is_final\":false}";

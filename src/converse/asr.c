@@ -168,7 +168,8 @@ int fc_asr_parse_openai(const char *body, size_t n, int is_json, char **text) {
                     : jp                           ? member_str(o, "error")
                                                    : NULL;
     if (!m && jp) m = member_str(o, "detail");
-    err = fc_error_set(FC_EREMOTE, "%s", m ? m : "an answer without 'text'");
+    err = fc_error_set(FC_EREMOTE, "%s", m && *m ? m : jp ? "an error without a message"
+                                                          : "an answer without 'text'");
   }
   if (jp) g_object_unref(jp);
   return err;

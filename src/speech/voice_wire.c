@@ -253,7 +253,7 @@ char *fc_voice_error_text(const char *body, size_t n) {
       JsonNode *d0 = json_array_get_element(json_node_get_array(d), 0);
       if (JSON_NODE_HOLDS_OBJECT(d0)) m = member_str(json_node_get_object(d0), "msg");
     }
-    if (m) out = g_strdup(m);
+    if (m && *m) out = g_strdup(m);
   }
   g_object_unref(jp);
   if (!out) out = g_strndup(body, n < 200 ? n : 200);
