@@ -119,13 +119,6 @@ void fc_asr_stream_free(fc_asr_stream *s) {
 
 /* ---- answers ---- */
 
-static const char *member_str(JsonObject *o, const char *name) {
-  JsonNode *n = o ? json_object_get_member(o, name) : NULL;
-  return n && JSON_NODE_HOLDS_VALUE(n) && json_node_get_value_type(n) == G_TYPE_STRING
-             ? json_node_get_string(n)
-             : NULL;
-}
-
 /* Parses a JSON object out of untrusted bytes (NUL-free, bounded), or NULL. */
 static JsonParser *parse_obj(const char *d, size_t n, JsonObject **o) {
   *o = NULL;
@@ -158,16 +151,15 @@ int fc_asr_parse_openai(const char *body, size_t n, int is_json, char **text) {
   }
   JsonObject *o;
   JsonParser *jp = parse_obj(body, n, &o);
-  const char *t = jp ? member_str(o, "text") : NULL;
+  const char *t = jp ? fc_json_str_member(o, "text") : NULL;
   int err = FC_OK;
   if (t) {
     *text = clean_text(t, strlen(t));
   } else {
     JsonNode *e = jp ? json_object_get_member(o, "error") : NULL;
-    const char *m = e && JSON_NODE_HOLDS_OBJECT(e) ? member_str(json_node_get_object(e), "message")
-                    : jp                           ? member_str(o, "error")
-                                                   : NULL;
-    if (!m && jp) m = member_str(o, "detail");
+    JsonObject *eo = e && JSON_NODE_HOLDS_OBJECT(e) ? json_node_get_object(e) : NULL;
+    const char *m = eo ? fc_json_str_member(eo, "message") : fc_json_str_member(o, "error");
+    if (!m && jp) m = fc_json_str_member(o, "detail");
     err = fc_error_set(FC_EREMOTE, "%s", m && *m ? m : jp ? "an error without a message"
                                                           : "an answer without 'text'");
   }
@@ -180,7 +172,7 @@ int fc_asr_parse_funasr(const char *msg, size_t n, char **text, int *final) {
   *final = 0;
   JsonObject *o;
   JsonParser *jp = parse_obj(msg, n, &o);
-  const char *mode = jp ? member_str(o, "mode") : NULL, *t = jp ? member_str(o, "text") : NULL;
+  const char *mode = jp ? fc_json_str_member(o, "mode") : NULL, *t = jp ? fc_json_str_member(o, "text") : NULL;
   int err = FC_OK;
   if (!mode) {
     err = fc_error_set(FC_EREMOTE, "a message that is not a FunASR result");

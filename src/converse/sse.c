@@ -107,13 +107,6 @@ static int remote_error(JsonNode *e) {
   return fc_error_set(FC_EREMOTE, "the LLM answered an error: %s", buf);
 }
 
-static const char *str_member(JsonObject *o, const char *name) {
-  JsonNode *n = o ? json_object_get_member(o, name) : NULL;
-  return n && JSON_NODE_HOLDS_VALUE(n) && json_node_get_value_type(n) == G_TYPE_STRING
-             ? json_node_get_string(n)
-             : NULL;
-}
-
 int fc_llm_parse_event(const char *data, size_t n, GString *out, int *finished) {
   while (n && (*data == ' ' || *data == '\t' || *data == '\n')) data++, n--;
   while (n && (data[n - 1] == ' ' || data[n - 1] == '\t' || data[n - 1] == '\n')) n--;
@@ -139,9 +132,9 @@ int fc_llm_parse_event(const char *data, size_t n, GString *out, int *finished) 
       JsonNode *d = json_object_get_member(c, "delta");
       if (!d || !JSON_NODE_HOLDS_OBJECT(d)) d = json_object_get_member(c, "message");
       const char *text =
-          d && JSON_NODE_HOLDS_OBJECT(d) ? str_member(json_node_get_object(d), "content") : NULL;
+          d && JSON_NODE_HOLDS_OBJECT(d) ? fc_json_str_member(json_node_get_object(d), "content") : NULL;
       if (text) g_string_append(out, text);
-      if (str_member(c, "finish_reason")) *finished = 1;
+      if (fc_json_str_member(c, "finish_reason")) *finished = 1;
     } else if (c0) {
       err = fc_error_set(FC_EFORMAT, "the LLM's choices[0] is not an object");
     }

@@ -70,3 +70,10 @@ JsonParser *fc_json_parse_object(const char *d, size_t n, int max_depth, JsonObj
   g_object_unref(p);
   return NULL;
 }
+
+const char *fc_json_str_member(JsonObject *o, const char *name) {
+  JsonNode *n = o ? json_object_get_member(o, name) : NULL;
+  return n && JSON_NODE_HOLDS_VALUE(n) && json_node_get_value_type(n) == G_TYPE_STRING
+             ? json_node_get_string(n)
+             : NULL;
+}

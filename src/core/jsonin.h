@@ -19,4 +19,7 @@ const char *fc_json_prescan(const char *d, size_t n, int max_depth);
 JsonParser *fc_json_parse_object(const char *d, size_t n, int max_depth, JsonObject **out,
                                  char *why, size_t why_size);
 
+/* o's member `name` when it is a string (borrowed from o), else NULL (o may be NULL). */
+const char *fc_json_str_member(JsonObject *o, const char *name);
+
 #endif

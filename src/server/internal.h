@@ -301,7 +301,10 @@ void fc_session_turn_audio(fc_session *s, uint32_t turn, uint32_t utt, gint64 at
 void fc_session_turn_frame(fc_session *s, uint32_t utt);
 /* The same first-audio milestone from any thread (posted to the main loop in order). */
 void fc_session_post_turn_audio(fc_session *s, uint32_t turn, uint32_t utt);
-/* /human echo through a TTS service: text cut into sentences and queued like the chat's. */
+/* /human echo through a TTS service: text cut into sentences and queued like the chat's;
+ * FC_EAGAIN (429) past FC_SAY_MAX_LINES waiting (a chat's answer is bounded by the LLM
+ * client's 16 KiB cap, and a new turn empties the queue). */
+#define FC_SAY_MAX_LINES 200
 int fc_session_say_text(fc_session *s, const char *text, const fc_say_opts *tts);
 uint32_t fc_session_chat_cancel(fc_session *s);
 void fc_session_chat_free(fc_session *s);

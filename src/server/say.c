@@ -122,12 +122,22 @@ int fc_session_say_text(fc_session *s, const char *text, const fc_say_opts *tts)
   fc_sentences *sp = fc_sentences_create(300);
   if (!sp) return fc_error_set(FC_ENOMEM, "out of memory");
   fc_sentences_push(sp, text, strlen(text));
-  int n = 0;
-  for (char *t; (t = fc_sentences_next(sp, 1)); g_free(t), n++)
-    fc_session_say_line(s, 0, t, tts);
+  GPtrArray *lines = g_ptr_array_new_with_free_func(g_free);
+  for (char *t; (t = fc_sentences_next(sp, 1));) g_ptr_array_add(lines, t);
   fc_sentences_destroy(sp);
-  if (!n) return fc_error_set(FC_EINVAL, "'text' has nothing to say (no letter or digit)");
-  return 0;
+  g_mutex_lock(&s->chat_lock);
+  guint waiting = s->chat_q.length;
+  g_mutex_unlock(&s->chat_lock);
+  int err = 0;
+  if (!lines->len)
+    err = fc_error_set(FC_EINVAL, "'text' has nothing to say (no letter or digit)");
+  else if (waiting + lines->len > FC_SAY_MAX_LINES) /* the queue's bound: the client waits */
+    err = fc_error_set(FC_EAGAIN, "%u sentences would wait to be spoken: at most %d; try again "
+                       "when some are said", waiting + lines->len, FC_SAY_MAX_LINES);
+  for (guint i = 0; !err && i < lines->len; i++)
+    fc_session_say_line(s, 0, g_ptr_array_index(lines, i), tts);
+  g_ptr_array_free(lines, TRUE);
+  return err;
 }
 
 int fc_session_say_cancel(fc_session *s) {

@@ -228,13 +228,6 @@ int fc_edge_text_path(const char *data, size_t size, char *path, size_t cap) {
 
 /* ---- errors ---- */
 
-static const char *member_str(JsonObject *o, const char *name) {
-  JsonNode *n = o ? json_object_get_member(o, name) : NULL;
-  return n && JSON_NODE_HOLDS_VALUE(n) && json_node_get_value_type(n) == G_TYPE_STRING
-             ? json_node_get_string(n)
-             : NULL;
-}
-
 char *fc_voice_error_text(const char *body, size_t n) {
   char *out = NULL;
   JsonParser *jp = json_parser_new();
@@ -244,14 +237,14 @@ char *fc_voice_error_text(const char *body, size_t n) {
     JsonObject *o = root && JSON_NODE_HOLDS_OBJECT(root) ? json_node_get_object(root) : NULL;
     JsonNode *e = o ? json_object_get_member(o, "error") : NULL;
     const char *m = NULL;
-    if (e && JSON_NODE_HOLDS_OBJECT(e)) m = member_str(json_node_get_object(e), "message");
-    if (!m) m = member_str(o, "message");
-    if (!m) m = member_str(o, "detail");
-    if (!m) m = member_str(o, "error");
+    if (e && JSON_NODE_HOLDS_OBJECT(e)) m = fc_json_str_member(json_node_get_object(e), "message");
+    if (!m) m = fc_json_str_member(o, "message");
+    if (!m) m = fc_json_str_member(o, "detail");
+    if (!m) m = fc_json_str_member(o, "error");
     JsonNode *d = o ? json_object_get_member(o, "detail") : NULL;
     if (!m && d && JSON_NODE_HOLDS_ARRAY(d) && json_array_get_length(json_node_get_array(d))) {
       JsonNode *d0 = json_array_get_element(json_node_get_array(d), 0);
-      if (JSON_NODE_HOLDS_OBJECT(d0)) m = member_str(json_node_get_object(d0), "msg");
+      if (JSON_NODE_HOLDS_OBJECT(d0)) m = fc_json_str_member(json_node_get_object(d0), "msg");
     }
     if (m && *m) out = g_strdup(m);
   }

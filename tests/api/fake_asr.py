@@ -14,25 +14,10 @@ recorded in FakeASR.requests (OpenAI: fields, the WAV; FunASR: the start message
 bytes, frames)."""
 import http.server
 import json
-import re
-import threading
 
+import fakehttp
 import wsproto
 
-
-def multipart_fields(body, ctype):
-    m = re.search(r'boundary="?([^";]+)"?', ctype or "")
-    out = {}
-    if not m:
-        return out
-    for part in body.split(b"--" + m.group(1).encode()):
-        if b"\r\n\r\n" not in part:
-            continue
-        head, data = part.split(b"\r\n\r\n", 1)
-        n = re.search(rb'name="([^"]+)"', head)
-        if n:
-            out[n.group(1).decode()] = data[:-2] if data.endswith(b"\r\n") else data
-    return out
 
 
 class FakeASR:
@@ -49,16 +34,11 @@ class FakeASR:
                 pass
 
             def answer(self, status, obj):
-                data = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                fakehttp.answer(self, status, obj)
 
             def do_POST(self):
                 raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                f = multipart_fields(raw, self.headers.get("Content-Type"))
+                f = fakehttp.multipart_fields(raw, self.headers.get("Content-Type"))
                 fake.requests.append({"path": self.path, "headers": dict(self.headers), "fields": f})
                 if self.path != "/v1/audio/transcriptions":
                     return self.answer(404, {"detail": "Not Found"})
@@ -94,12 +74,9 @@ class FakeASR:
                 except (ConnectionResetError, BrokenPipeError, OSError):
                     return
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.httpd.daemon_threads = True
-        self.port = self.httpd.server_address[1]
+        self.httpd, self.port = fakehttp.serve(H)
         self.url = f"http://127.0.0.1:{self.port}/v1"
         self.funasr_url = f"ws://127.0.0.1:{self.port}/funasr"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     def close(self):
         self.httpd.shutdown()

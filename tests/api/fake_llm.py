@@ -18,8 +18,9 @@ import http.server
 import json
 import select
 import socket
-import threading
 import time
+
+import fakehttp
 
 ANSWER = "Hello there! I am a fake model. This is the third sentence."
 
@@ -121,18 +122,10 @@ class FakeLLM:
                 self.send_event("[DONE]")
 
             def answer(self, status, obj):
-                data = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                fakehttp.answer(self, status, obj)
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.httpd.daemon_threads = True
-        self.port = self.httpd.server_address[1]
+        self.httpd, self.port = fakehttp.serve(H)
         self.url = f"http://127.0.0.1:{self.port}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     def close(self):
         self.httpd.shutdown()

@@ -34,9 +34,9 @@ import socket
 import struct
 import subprocess
 import tempfile
-import threading
 import time
 
+import fakehttp
 import wsproto
 
 EDGE_TOKEN = "6A5AA1D4EAFF4E9FB37E23D68491D6F4"
@@ -62,21 +62,6 @@ def edge_gec(unix):
     return hashlib.sha256(f"{ticks}{EDGE_TOKEN}".encode()).hexdigest().upper()
 
 
-def multipart_fields(body, ctype):
-    """name -> bytes of a multipart/form-data body."""
-    m = re.search(r'boundary="?([^";]+)"?', ctype or "")
-    out = {}
-    if not m:
-        return out
-    for part in body.split(b"--" + m.group(1).encode()):
-        if b"\r\n\r\n" not in part:
-            continue
-        head, data = part.split(b"\r\n\r\n", 1)
-        n = re.search(rb'name="([^"]+)"', head)
-        if n:
-            out[n.group(1).decode()] = data[:-2] if data.endswith(b"\r\n") else data
-    return out
-
 
 class FakeTTS:
     def __init__(self):
@@ -98,7 +83,7 @@ class FakeTTS:
                 path = self.path.split("?")[0]
                 if path.startswith("/inference_"):
                     body = {k: (v.decode() if k != "prompt_wav" else v) for k, v in
-                            multipart_fields(raw, self.headers.get("Content-Type")).items()}
+                            fakehttp.multipart_fields(raw, self.headers.get("Content-Type")).items()}
                     text = body.get("tts_text", "")
                 else:
                     try:
@@ -173,12 +158,8 @@ class FakeTTS:
                     time.sleep(0.02)
                 fake.audio_seconds += len(pcm) / 2 / rate
 
-            def answer(self, status, data):
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+            def answer(self, status, obj):
+                fakehttp.answer(self, status, obj)
 
             # ---- Edge: a WebSocket ----
             def do_GET(self):
@@ -246,12 +227,9 @@ class FakeTTS:
                 self.text_frame("turn.end", "{}")
                 time.sleep(0.5)  # the client closes
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.httpd.daemon_threads = True
-        self.port = self.httpd.server_address[1]
+        self.httpd, self.port = fakehttp.serve(H)
         self.url = f"http://127.0.0.1:{self.port}"
         self.edge_url = f"ws://127.0.0.1:{self.port}/edge/v1?TrustedClientToken={EDGE_TOKEN}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     @staticmethod
     def make_mp3():

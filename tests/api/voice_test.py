@@ -202,6 +202,9 @@ def main():
         check(b.get("voice") == "nova" and "cheerful" in (b.get("instructions") or ""),
               f"LiveTalking's tts.voice and tts.emotion reach the service ({b})")
         quiet(c, sid)
+        st, js, _, _ = c.post("/human", {"sessionid": sid, "text": "Go. " * 300})
+        check(is_error(st, js, 429) and "at most 200" in js["msg"],
+              f"300 sentences at once: 429, the queue is bounded ({st} {(js or {}).get('msg')})")
         n = len(fake.requests)
         c.post("/human", {"sessionid": sid, "text": "Default voice."})
         got = ev.wait(lambda: [r for r in fake.requests[n:]], 10)
