@@ -311,9 +311,11 @@ function openEvents(id) {
   closeEvents();
   const es = new EventSource(`/sse?sessionid=${encodeURIComponent(id)}`);
   events = es;
-  es.addEventListener('speech', (ev) => {
+  /* speech start/end: unnamed events in LiveTalking's shape ({status, text, ...}) */
+  es.addEventListener('message', (ev) => {
     let d;
     try { d = JSON.parse(ev.data); } catch { return; }
+    if (d.event !== 'speech') return;
     const e = { ...d, t: performance.now() };
     state.speechEvents.push(e);
     if (d.type === 'start') activeUtterances.add(d.id);

@@ -25,6 +25,8 @@ typedef struct fc_server_params {
   int max_sessions;        /* default 5 (LiveTalking's max_session) */
   const char *stun_server; /* "stun://host:port" or NULL */
   const char *turn_server; /* "turn://user:pass@host:port" or NULL */
+  const char *cors_origins; /* origins other pages may call from: "*" (NULL, the default, as
+                             * LiveTalking), "none", or a comma-separated list of origins */
   const char *web_dir;     /* static files served at /; NULL = the built-in web/ folder */
   const char *record_dir;  /* where recordings go; NULL = a private temporary folder */
   int quiet;               /* no per-session fps log lines */

@@ -11,6 +11,7 @@
 #include "facecast/avatar.h"
 #include "facecast/error.h"
 #include "avatar/haar.h"
+#include "core/file.h"
 #include "avatar/pack.h"
 
 #include <libyuv.h>
@@ -49,15 +50,14 @@ fc_avatar_params fc_avatar_params_default(void) {
 
 const char *fc_avatar_default_path(void) {
   static _Thread_local char path[4096];
-  const char *dir = getenv("FACECAST_DATA_DIR");
-  if (dir && *dir) {
-    snprintf(path, sizeof path, "%s/avatars/default.png", dir);
+  /* the data folder's, else the one set-up put beside the binary (a data folder of one's own
+   * need not carry the default avatar) */
+  const char *dirs[] = {fc_data_dir(), "data", fc_beside_exe("data")};
+  for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) {
+    if (!dirs[i]) continue;
+    snprintf(path, sizeof path, "%s/avatars/default.png", dirs[i]);
     if (access(path, R_OK) == 0) return path;
   }
-#ifdef FC_DEFAULT_DATA_DIR
-  snprintf(path, sizeof path, "%s/avatars/default.png", FC_DEFAULT_DATA_DIR);
-  if (access(path, R_OK) == 0) return path;
-#endif
   return "/usr/lib/python3/dist-packages/skimage/data/astronaut.png";
 }
 

@@ -2,6 +2,7 @@
  * packs by these rules and the studio writes them by the same ones; neither depends on the
  * other. */
 #include "facecast/avatar.h"
+#include "core/file.h"
 #include "facecast/error.h"
 
 #include <stdio.h>
@@ -10,11 +11,7 @@
 
 const char *fc_avatar_dir(void) {
   static _Thread_local char path[4096];
-  const char *dir = getenv("FACECAST_DATA_DIR");
-#ifdef FC_DEFAULT_DATA_DIR
-  if (!dir || !*dir) dir = FC_DEFAULT_DATA_DIR;
-#endif
-  snprintf(path, sizeof path, "%s/avatars", dir && *dir ? dir : "data");
+  snprintf(path, sizeof path, "%s/avatars", fc_data_dir());
   return path;
 }
 

@@ -41,10 +41,16 @@ int fc_cli_parse_size(const char *s, int *w, int *h);
 fc_avatar *fc_cli_load_avatar(const char *path, int w, int h, const char *framing, int *err);
 
 /* --config FILE (config.c): argv with the file's options (YAML: long option names as keys)
- * placed before the command line's, which override them; *keep owns the new argv (free it
+ * placed before the command line's, which override them, every name in facecast's spelling
+ * (LiveTalking's translated, see core/config.h); *keep owns the new argv (free it
  * with g_ptr_array_free(keep, TRUE) when done). argv unchanged without --config. */
 int fc_cli_with_config(int argc, char **argv, const struct option *opts, int *argc_out,
                        char ***argv_out, GPtrArray **keep);
+
+/* Reads a .env file (core/config.h's format) into the environment, leaving variables already
+ * set alone, and names (never shows) what it set on stderr. A missing file is no error unless
+ * required. */
+int fc_cli_load_dotenv(const char *path, int required);
 
 /* Monotonic seconds. */
 double fc_cli_now(void);

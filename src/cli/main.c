@@ -9,7 +9,7 @@
 #include <time.h>
 
 static void usage(FILE *f) {
-  fputs("usage: facecast <command> [options]\n"
+  fputs("usage: facecast [--data-dir DIR] <command> [options]\n"
         "\n"
         "commands:\n"
         "  serve    real-time talking sessions in the browser (WebRTC), LiveTalking's API\n"
@@ -20,11 +20,26 @@ static void usage(FILE *f) {
         "  keys     API keys for serve --api-keys (keys add|remove|list)\n"
         "  say      text -> WAV with the embedded espeak-ng voice\n"
         "\n"
-        "Run 'facecast <command> --help' for the options of a command.\n",
+        "Run 'facecast <command> --help' for the options of a command.\n"
+        "--data-dir DIR (or $FACECAST_DATA_DIR): where avatars and api_keys live; default ./data,\n"
+        "else the data/ beside the folder of the facecast binary.\n",
         f);
 }
 
 int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return FC_EXIT_INPUT;
+  }
+  /* --data-dir before the command: every command's avatars and keys (serve takes it too) */
+  while (argc >= 3 && (!strcmp(argv[1], "--data-dir") || !strncmp(argv[1], "--data-dir=", 11))) {
+    const char *dir = argv[1][10] == '=' ? argv[1] + 11 : argv[2];
+    setenv("FACECAST_DATA_DIR", dir, 1);
+    int used = argv[1][10] == '=' ? 1 : 2;
+    argv[used] = argv[0];
+    argv += used;
+    argc -= used;
+  }
   if (argc < 2) {
     usage(stderr);
     return FC_EXIT_INPUT;

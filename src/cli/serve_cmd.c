@@ -4,6 +4,7 @@
 #include "facecast/server.h"
 
 #include <getopt.h>
+#include <glib.h>
 #include <malloc.h>
 #include <unistd.h>
 #include <stdio.h>
@@ -42,7 +43,20 @@ static void serve_usage(FILE *f) {
         "$ASR_API_KEY (openai: else $OPENAI_API_KEY). --barge-in on: the user's speech stops\n"
         "the avatar. --vad-hangover-ms: the silence that ends a spoken turn (500).\n"
         "--config FILE: a YAML file of these options (e.g. 'api_keys: /etc/facecast/keys',\n"
-        "'quiet: true', 'media_dir: [/srv/a, /srv/b]'); options given here override it.\n",
+        "'quiet: true', 'media_dir: [/srv/a, /srv/b]'); options given here override it; an\n"
+        "empty value ('') leaves an option at its default.\n"
+        "--data-dir DIR: avatars and api_keys (default $FACECAST_DATA_DIR, else ./data, else\n"
+        "the data/ beside the binary's folder). --env-file FILE: KEY=VALUE lines put into the\n"
+        "environment (secrets such as OPENAI_API_KEY; default ./.env when it exists; variables\n"
+        "already set win; values are never printed).\n"
+        "--cors-origins: the origins whose pages may call this server ('*', the default, as\n"
+        "LiveTalking; 'none'; or 'https://a.example, http://b.example:8080').\n"
+        "LiveTalking: its config.yaml works as --config, and its option names are accepted\n"
+        "(--listenport, --max_session, --avatar_id, --TTS_SERVER: the URL of the cloning\n"
+        "services, --REF_TEXT, --REF_FILE: the voice for edge/espeak, else the reference audio, --modelfile, --push_url, --stun\n"
+        "stun:HOST:PORT, -c, --fps 25); -l/-m/-r, --batch_size, --modelres and\n"
+        "--audio_output_device are accepted and have no effect; --model wav2lip without\n"
+        "--checkpoint loads models/wav2lip.pth when it exists.\n",
         f);
 }
 
@@ -65,6 +79,48 @@ static void raise_fd_limit(void) {
     if (setrlimit(RLIMIT_NOFILE, &r) == 0)
       fprintf(stderr, "facecast: file descriptors: limit raised from %llu to %llu\n",
               (unsigned long long)was, (unsigned long long)r.rlim_cur);
+  }
+}
+
+static int option_index_of(const struct option *opts, int val) {
+  int i = 0;
+  while (opts[i].name && opts[i].val != val) i++;
+  return i;
+}
+
+/* LiveTalking's settings in facecast's terms: REF_FILE is the voice of its edge TTS (an Edge
+ * voice name: espeak speaks its language) or the reference recording of the cloning services;
+ * its stun URLs lack the "//"; its model lives at models/wav2lip.pth. */
+static void lt_settings(fc_server_params *p, const char *ref_file, const char *tts_server) {
+  if (p->avatar && !strcmp(p->avatar, "default")) p->avatar = NULL; /* the built-in one */
+  const char *tts = p->tts ? p->tts : "espeak";
+  int named_voice = !g_ascii_strcasecmp(tts, "espeak") || !g_ascii_strcasecmp(tts, "edge") ||
+                    !g_ascii_strcasecmp(tts, "edgetts") || !g_ascii_strcasecmp(tts, "openai");
+  if (ref_file && *ref_file && named_voice && !p->tts_voice) {
+    static char lang[8];
+    const char *dash = strchr(ref_file, '-');
+    size_t n = dash ? strcspn(dash + 1, "-") + (size_t)(dash - ref_file) + 1 : 0;
+    /* "zh-CN-YunxiaNeural" → espeak's "zh-cn" */
+    if (!g_ascii_strcasecmp(tts, "espeak") && g_str_has_suffix(ref_file, "Neural") && n < sizeof lang) {
+      for (size_t i = 0; i < n; i++) lang[i] = g_ascii_tolower(ref_file[i]);
+      lang[n] = 0;
+      p->tts_voice = lang;
+    } else {
+      p->tts_voice = ref_file;
+    }
+  } else if (ref_file && *ref_file && !named_voice && !p->tts_ref_audio) {
+    p->tts_ref_audio = ref_file;
+  }
+  if (tts_server && *tts_server && !named_voice && !p->tts_url) p->tts_url = tts_server;
+  static char stun[512];
+  if (p->stun_server && !strncmp(p->stun_server, "stun:", 5) && strncmp(p->stun_server, "stun://", 7)) {
+    snprintf(stun, sizeof stun, "stun://%s", p->stun_server + 5);
+    p->stun_server = stun;
+  }
+  if (p->model && !strcmp(p->model, "wav2lip") && !p->checkpoint &&
+      access("models/wav2lip.pth", R_OK) == 0) {
+    p->checkpoint = "models/wav2lip.pth";
+    fprintf(stderr, "facecast: --model wav2lip: using models/wav2lip.pth (LiveTalking's place)\n");
   }
 }
 
@@ -116,10 +172,25 @@ int fc_cmd_serve(int argc, char **argv) {
                                        {"asr-timeout", required_argument, 0, 1030},
                                        {"barge-in", required_argument, 0, 1031},
                                        {"vad-hangover-ms", required_argument, 0, 1032},
+                                       {"data-dir", required_argument, 0, 1033},
+                                       {"env-file", required_argument, 0, 1034},
+                                       {"cors-origins", required_argument, 0, 1044},
+                                       /* LiveTalking's (core/config.h translates its names) */
+                                       {"ref-file", required_argument, 0, 1035},
+                                       {"tts-server", required_argument, 0, 1045},
+                                       {"batch-size", required_argument, 0, 1036},
+                                       {"fps", required_argument, 0, 1037},
+                                       {"lt-l", required_argument, 0, 1038},
+                                       {"lt-m", required_argument, 0, 1039},
+                                       {"lt-r", required_argument, 0, 1040},
+                                       {"modelres", required_argument, 0, 1041},
+                                       {"customvideo-config", required_argument, 0, 1042},
+                                       {"audio-output-device", required_argument, 0, 1043},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   fc_server_params p = fc_server_params_default();
-  int c, err;
+  int c, err, unused = 0, ignored;
+  const char *ref_file = NULL, *env_file = NULL, *tts_server = NULL;
   /* the options point into it for the server's whole life: kept until exit */
   static GPtrArray *keep;
   if ((err = fc_cli_with_config(argc, argv, opts, &argc, &argv, &keep))) return fc_cli_fail(err);
@@ -221,6 +292,29 @@ int fc_cmd_serve(int argc, char **argv) {
       if ((err = int_opt("--vad-hangover-ms", optarg, 100, 5000, &p.vad_hangover_ms)))
         return fc_cli_fail(err);
       break;
+    case 1033: setenv("FACECAST_DATA_DIR", optarg, 1); break;
+    case 1034: env_file = optarg; break;
+    case 1044: p.cors_origins = optarg; break;
+    case 1035: ref_file = optarg; break;
+    case 1045: tts_server = optarg; break;
+    case 1036:
+      if ((err = int_opt("--batch_size", optarg, 1, 1024, &ignored))) return fc_cli_fail(err);
+      unused = 1;
+      break;
+    case 1037:
+      if (strcmp(optarg, "25") != 0)
+        return fc_cli_fail(fc_error_set(FC_EINVAL, "--fps '%s': facecast runs at 25 fps", optarg));
+      break;
+    case 1038: case 1039: case 1040: case 1041: case 1043:
+      if ((err = int_opt(opts[option_index_of(opts, c)].name, optarg, -1000000, 1000000, &ignored)))
+        return fc_cli_fail(err);
+      unused = 1;
+      break;
+    case 1042:
+      return fc_cli_fail(fc_error_set(FC_EUNSUPPORTED,
+                                      "--customvideo_config %s: LiveTalking's custom action videos "
+                                      "are not supported (facecast's avatars take clips: avatar "
+                                      "create --clip NAME=VIDEO)", optarg));
     case 'h': serve_usage(stdout); return FC_EXIT_OK;
     default:
       fprintf(stderr, "facecast: error: serve: unknown or incomplete option '%s'\n",
@@ -228,6 +322,13 @@ int fc_cmd_serve(int argc, char **argv) {
       return FC_EXIT_INPUT;
     }
   }
+  if (unused)
+    fprintf(stderr, "facecast: LiveTalking's -l/-m/-r, --batch_size, --modelres and "
+                    "--audio_output_device have no effect here (facecast sizes its mel windows "
+                    "and batches itself)\n");
+  if ((err = env_file ? fc_cli_load_dotenv(env_file, 1) : fc_cli_load_dotenv(".env", 0)))
+    return fc_cli_fail(err);
+  lt_settings(&p, ref_file, tts_server);
   /* The ecosystem's variables (OpenAI's SDKs, LiveTalking's setups) where no flag says */
   const char *env_url = getenv("OPENAI_BASE_URL"), *env_key = getenv("OPENAI_API_KEY");
   if (!p.llm_url && env_url && *env_url) p.llm_url = env_url;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 int fc_file_read(const char *path, size_t max_size, uint8_t **data, size_t *size) {
   *data = NULL;
@@ -43,4 +44,32 @@ int fc_file_read(const char *path, size_t max_size, uint8_t **data, size_t *size
 done:
   fclose(f);
   return err;
+}
+
+static int is_dir(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+const char *fc_beside_exe(const char *name) {
+  static _Thread_local char path[4096];
+  char exe[3072];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return NULL;
+  exe[n] = 0;
+  char *slash = strrchr(exe, '/');
+  if (!slash) return NULL;
+  *slash = 0;
+  int len = snprintf(path, sizeof path, "%s/../%.512s", exe, name);
+  return len > 0 && (size_t)len < sizeof path && is_dir(path) ? path : NULL;
+}
+
+/* Not a path compiled in: the binary and the tree may move. A checkout's build folders sit
+ * beside its data/, hence the executable's parent as the last guess. */
+const char *fc_data_dir(void) {
+  const char *env = getenv("FACECAST_DATA_DIR");
+  if (env && *env) return env;
+  if (is_dir("data")) return "data";
+  const char *b = fc_beside_exe("data");
+  return b ? b : "data";
 }

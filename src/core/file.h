@@ -11,4 +11,13 @@
  * regular file, read error), FC_ENOMEM; each sets a detail naming the path. */
 int fc_file_read(const char *path, size_t max_size, uint8_t **data, size_t *size);
 
+/* facecast's data folder (avatars/, api_keys, ...): $FACECAST_DATA_DIR (which --data-dir sets),
+ * else ./data where it exists, else the data/ beside the executable's folder (a checkout's
+ * build folders), else "data". The returned string is valid until the next call on the
+ * thread. */
+const char *fc_data_dir(void);
+
+/* "<the executable's folder>/../name" when that is a folder, else NULL (same lifetime). */
+const char *fc_beside_exe(const char *name);
+
 #endif

@@ -3,8 +3,11 @@
  *                                         clips?: [{name, video_path}]}
  *                                   or multipart/form-data (avatar_id, file, img_size?)
  *          → {task_id, status: "pending"}
- *   GET    /api/avatar/task/{id}    → {task_id, avatar_id, status, progress, error?, reasons?, result?}
- *   GET    /api/avatar/tasks        → [ ...those... ]
+ *          (LiveTalking's fields too: model, notifyurl; its pads, bbox_shift, ... are ignored)
+ *   GET    /api/avatar/task/{id}    → {task_id, avatar_id, model_type, status, progress, error_msg,
+ *                                      start_time, end_time, duration, notify_url, error?,
+ *                                      reasons?, result?}
+ *   GET    /api/avatar/tasks        → {tasks: [ ...those, newest first... ]}
  *   DELETE /api/avatar/task/{id}    pending or running: cancelled; finished: forgotten
  *   GET    /api/avatars             → the packs on disk (id, size, frames)
  * status: pending → running → completed | failed | canceled; progress 0–100; a refusal by the
@@ -44,6 +47,7 @@
 typedef struct task {
   fc_task t; /* first: the table's part (tasks.h) */
   char avatar_id[64];
+  char model[16]; /* LiveTalking's model_type: which of its models the avatar is for */
   char *src;    /* the file to read (a server path: resolved when the task was made) */
   int nclips;   /* action clips (JSON "clips": [{name, video_path}]) */
   char *clip_name[FC_STUDIO_MAX_CLIPS], *clip_file[FC_STUDIO_MAX_CLIPS];
@@ -227,7 +231,7 @@ static void skipped_task(fc_server *srv, fc_task *base) { drop_upload((task *)ba
 /* The task as JSON (the table's lock held). */
 static void task_json(const fc_task *base, GString *o) {
   const task *t = (const task *)base;
-  g_string_append_printf(o, "{\"avatar_id\":\"%s\",", t->avatar_id);
+  g_string_append_printf(o, "{\"avatar_id\":\"%s\",\"model_type\":\"%s\",", t->avatar_id, t->model);
   fc_task_json_fields(&t->t, o);
   if (t->t.status == FC_TASK_FAILED && fc_quality_failed(&t->res.quality)) {
     g_string_append(o, ",\"reasons\":[");
@@ -285,12 +289,37 @@ static int avatar_id_free(fc_server *srv, SoupServerMessage *msg, const char *id
   return !busy;
 }
 
+/* LiveTalking's extra fields: model (its avatar pipelines; facecast's packs serve every model,
+ * so it is only recorded) and notifyurl. NULL and 400 when one is not acceptable. */
+typedef struct lt_fields {
+  const char *model, *notify;
+} lt_fields;
+
+static int lt_fields_ok(SoupServerMessage *msg, const lt_fields *lt) {
+  static const char *const models[] = {"wav2lip", "musetalk", "ultralight"};
+  int known = !lt->model || !*lt->model;
+  for (size_t i = 0; !known && i < G_N_ELEMENTS(models); i++) known = !strcmp(lt->model, models[i]);
+  if (!known) {
+    fc_http_error(msg, 400, "'model' must be wav2lip, musetalk or ultralight");
+    return 0;
+  }
+  if (lt->notify && *lt->notify &&
+      ((strncmp(lt->notify, "http://", 7) && strncmp(lt->notify, "https://", 8)) ||
+       strlen(lt->notify) >= sizeof(((fc_task *)0)->notify_url) || strpbrk(lt->notify, " \r\n"))) {
+    fc_http_error(msg, 400, "'notifyurl' must be an http:// or https:// URL under 512 bytes");
+    return 0;
+  }
+  return 1;
+}
+
 /* Starts a task; answers the request. Takes src, the clips and, for an upload (upload: its
  * size in bytes, else 0), its file and lock. */
 static void start_task(fc_server *srv, SoupServerMessage *msg, const char *avatar_id,
                        const char *task_id, char *src, gint64 upload, int lock_fd, int crop,
-                       int overwrite, int nclips, char **clip_name, char **clip_file) {
+                       int overwrite, int nclips, char **clip_name, char **clip_file,
+                       const lt_fields *lt) {
   fc_avatar_tasks *at = srv->avatar_tasks;
+  if (!lt_fields_ok(msg, lt)) goto fail;
   if (!fc_avatar_id_valid(avatar_id)) {
     fc_http_error(msg, 400, "avatar_id: use 1-63 letters, digits, '_' or '-'");
     goto fail;
@@ -302,6 +331,8 @@ static void start_task(fc_server *srv, SoupServerMessage *msg, const char *avata
   if (!avatar_id_free(srv, msg, avatar_id, overwrite)) goto fail;
   task *t = g_new0(task, 1);
   snprintf(t->avatar_id, sizeof t->avatar_id, "%s", avatar_id);
+  snprintf(t->model, sizeof t->model, "%s", lt->model && *lt->model ? lt->model : "wav2lip");
+  snprintf(t->t.notify_url, sizeof t->t.notify_url, "%s", lt->notify ? lt->notify : "");
   t->src = src, t->upload = upload > 0, t->crop = crop, t->lock_fd = lock_fd, t->overwrite = overwrite;
   if (upload > 0) __atomic_fetch_add(t->queued = &at->queued_upload, t->upload_bytes = upload, __ATOMIC_RELAXED);
   t->nclips = nclips;
@@ -321,10 +352,10 @@ static void post_json(fc_server *srv, SoupServerMessage *msg) {
   JsonParser *parser = NULL;
   JsonObject *o = fc_http_json_body(msg, &parser);
   if (!o) return;
-  const char *fields[] = {"avatar_id", "video_path", "image_path", "img_size", "task_id"};
-  const char *v[5] = {0};
+  const char *fields[] = {"avatar_id", "video_path", "image_path", "img_size", "task_id", "model", "notifyurl"};
+  const char *v[7] = {0};
   char sizebuf[16] = "";
-  for (int i = 0; i < 5; i++) {
+  for (int i = 0; i < 7; i++) {
     JsonNode *n = json_object_get_member(o, fields[i]);
     if (!n || JSON_NODE_HOLDS_NULL(n)) continue;
     if (i == 3 && JSON_NODE_HOLDS_VALUE(n) && json_node_get_value_type(n) == G_TYPE_INT64) {
@@ -369,13 +400,16 @@ static void post_json(fc_server *srv, SoupServerMessage *msg) {
     }
   }
   char *real = NULL;
+  lt_fields lt = {v[5], v[6]};
   if (answered) { /* answered */
   } else if (bad) fc_http_error(msg, 400, "%s", bad);
+  else if (!lt_fields_ok(msg, &lt)) { /* answered */
+  }
   else if (!v[0]) fc_http_error(msg, 400, "'avatar_id' is required");
   else if (!src) fc_http_error(msg, 400, "'video_path' or 'image_path' is required (or upload 'file' as multipart)");
   else if (!crop_of(v[3], &crop)) fc_http_error(msg, 400, "'img_size' must be 96 or 256");
   else if (!fc_media_path_check(srv, msg, src, &real)) {
-    start_task(srv, msg, v[0], v[4], g_strdup(real), 0, -1, crop, overwrite, nclips, cn, cf);
+    start_task(srv, msg, v[0], v[4], g_strdup(real), 0, -1, crop, overwrite, nclips, cn, cf, &lt);
     nclips = 0;
   }
   free(real);
@@ -385,10 +419,10 @@ static void post_json(fc_server *srv, SoupServerMessage *msg) {
 
 static void post_multipart(fc_server *srv, SoupServerMessage *msg) {
   GBytes *file = NULL;
-  char *field_v[4]; /* avatar_id, img_size, task_id, overwrite */
+  char *field_v[6]; /* avatar_id, img_size, task_id, overwrite, model, notifyurl */
   static const char *const files[] = {"file", "video_file", NULL};
-  static const char *const names[4] = {"avatar_id", "img_size", "task_id", "overwrite"};
-  if (fc_http_multipart(msg, files, &file, NULL, names, field_v, 4)) return;
+  static const char *const names[6] = {"avatar_id", "img_size", "task_id", "overwrite", "model", "notifyurl"};
+  if (fc_http_multipart(msg, files, &file, NULL, names, field_v, 6)) return;
   int crop = 0;
   int overwrite = field_v[3] && (!strcmp(field_v[3], "true") || !strcmp(field_v[3], "1"));
   if (!field_v[0]) fc_http_error(msg, 400, "'avatar_id' field is required");
@@ -414,12 +448,13 @@ static void post_multipart(fc_server *srv, SoupServerMessage *msg) {
       g_free(tmpl);
       fc_http_error(msg, 500, "cannot store the upload");
     } else {
+      lt_fields lt = {field_v[4], field_v[5]};
       start_task(srv, msg, field_v[0], field_v[2], tmpl, (gint64)(n ? n : 1), fd, crop, overwrite, 0,
-                 NULL, NULL);
+                 NULL, NULL, &lt);
     }
   }
   if (file) g_bytes_unref(file);
-  for (int k = 0; k < 4; k++) g_free(field_v[k]);
+  for (int k = 0; k < 6; k++) g_free(field_v[k]);
 }
 
 static void h_task(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,

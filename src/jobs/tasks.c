@@ -14,8 +14,51 @@ struct fc_tasks {
   GMutex lock;
   GHashTable *jobs; /* id → fc_task* (the kind's struct) */
   GThreadPool *pool; /* one thread */
+  GThreadPool *notifier; /* one thread: POSTs to notify URLs, each within 5 s */
+  SoupSession *http;     /* the notifier thread's */
   unsigned seq;
 };
+
+typedef struct notice {
+  char *url, *json;
+} notice;
+
+/* The notifier thread: one POST, its answer read and ignored (LiveTalking's notifyurl: a
+ * failure is logged, never retried, and never touches the job). */
+static void send_notice(gpointer data, gpointer user) {
+  fc_tasks *ts = user;
+  notice *n = data;
+  if (!ts->http) ts->http = soup_session_new_with_options("timeout", 5, "idle-timeout", 5, NULL);
+  SoupMessage *m = soup_message_new("POST", n->url);
+  if (m) {
+    GBytes *b = g_bytes_new_take(n->json, strlen(n->json));
+    n->json = NULL;
+    soup_message_set_request_body_from_bytes(m, "application/json", b);
+    g_bytes_unref(b);
+    GError *e = NULL;
+    GBytes *r = soup_session_send_and_read(ts->http, m, NULL, &e);
+    if (e || soup_message_get_status(m) >= 300)
+      g_warning("%s notify %s: %s", ts->kind->noun, n->url,
+                e ? e->message : soup_message_get_reason_phrase(m));
+    if (r) g_bytes_unref(r);
+    g_clear_error(&e);
+    g_object_unref(m);
+  }
+  g_free(n->url);
+  g_free(n->json);
+  g_free(n);
+}
+
+/* Queues a notice of t's state now (lock held). */
+static void notify_locked(fc_tasks *ts, const fc_task *t) {
+  if (!t->notify_url[0]) return;
+  GString *o = g_string_new(NULL);
+  ts->kind->json(t, o);
+  notice *n = g_new0(notice, 1);
+  n->url = g_strdup(t->notify_url);
+  n->json = g_string_free(o, FALSE);
+  g_thread_pool_push(ts->notifier, n, NULL);
+}
 
 static const char *const status_name[] = {"pending", "running", "completed", "failed", "canceled"};
 
@@ -24,10 +67,24 @@ const char *fc_task_status_name(int status) { return status_name[status]; }
 void fc_task_json_fields(const fc_task *t, GString *o) {
   g_string_append_printf(o, "\"task_id\":\"%s\",\"status\":\"%s\",\"progress\":%d", t->id,
                          status_name[t->status], fc_task_progress(t));
-  if (t->status == FC_TASK_FAILED || t->status == FC_TASK_CANCELED) {
-    char *q = fc_http_json_quote(t->error);
-    g_string_append_printf(o, ",\"error\":%s", q);
+  const int failed = t->status == FC_TASK_FAILED || t->status == FC_TASK_CANCELED;
+  char *q = fc_http_json_quote(failed ? t->error : "");
+  if (failed) g_string_append_printf(o, ",\"error\":%s", q);
+  /* LiveTalking's: error_msg always, times in seconds since the epoch, duration so far */
+  gint64 end = t->end_real ? t->end_real : g_get_real_time();
+  g_string_append_printf(o, ",\"error_msg\":%s,\"start_time\":%.3f,\"end_time\":", q,
+                         (double)t->start_real / 1e6);
+  if (t->end_real) g_string_append_printf(o, "%.3f", (double)t->end_real / 1e6);
+  else g_string_append(o, "null");
+  g_string_append_printf(o, ",\"duration\":%.3f,\"notify_url\":",
+                         t->start_real ? (double)(end - t->start_real) / 1e6 : 0.0);
+  g_free(q);
+  if (t->notify_url[0]) {
+    q = fc_http_json_quote(t->notify_url);
+    g_string_append(o, q);
     g_free(q);
+  } else {
+    g_string_append(o, "null");
   }
 }
 
@@ -42,6 +99,7 @@ static void run_job(gpointer data, gpointer user) {
     return;
   }
   t->status = FC_TASK_RUNNING;
+  notify_locked(ts, t);
   g_mutex_unlock(&ts->lock);
   /* This thread only (Linux: per-thread nice): the jobs' CPU work yields to the live
    * sessions' frame production. */
@@ -55,6 +113,8 @@ static void run_job(gpointer data, gpointer user) {
               : fc_task_canceled(t) || err == FC_ECANCELED ? FC_TASK_CANCELED
                                                             : FC_TASK_FAILED;
   if (!err) fc_task_set_progress(t, 100);
+  t->end_real = g_get_real_time();
+  notify_locked(ts, t);
   g_mutex_unlock(&ts->lock);
 }
 
@@ -89,6 +149,7 @@ fc_tasks *fc_tasks_new(fc_server *srv, const fc_task_kind *kind) {
   g_mutex_init(&ts->lock);
   ts->jobs = g_hash_table_new(g_str_hash, g_str_equal); /* values freed by hand: kind->destroy */
   ts->pool = g_thread_pool_new(run_job, ts, 1, TRUE, NULL);
+  ts->notifier = g_thread_pool_new(send_notice, ts, 1, TRUE, NULL);
   return ts;
 }
 
@@ -101,6 +162,8 @@ void fc_tasks_free(fc_tasks *ts) {
   while (g_hash_table_iter_next(&it, NULL, &v)) fc_task_cancel(v);
   g_mutex_unlock(&ts->lock);
   g_thread_pool_free(ts->pool, TRUE, TRUE);
+  g_thread_pool_free(ts->notifier, TRUE, TRUE); /* the notice being sent (5 s at most); no more */
+  if (ts->http) g_object_unref(ts->http);
   g_hash_table_iter_init(&it, ts->jobs);
   while (g_hash_table_iter_next(&it, NULL, &v)) ts->kind->destroy(v);
   g_hash_table_destroy(ts->jobs);
@@ -133,10 +196,12 @@ void fc_tasks_submit(fc_tasks *ts, SoupServerMessage *msg, fc_task *t, const cha
     return;
   }
   t->status = FC_TASK_PENDING, t->queued = 1, t->created = g_get_monotonic_time();
+  t->start_real = g_get_real_time();
   const char *who = fc_http_owner(msg);
   g_strlcpy(t->owner, who ? who : "", sizeof t->owner);
   g_hash_table_insert(ts->jobs, t->id, t);
   g_thread_pool_push(ts->pool, t, NULL);
+  notify_locked(ts, t);
   char *data = g_strdup_printf("{\"task_id\":\"%s\",\"status\":\"pending\"}", t->id);
   g_mutex_unlock(&ts->lock);
   fc_http_ok(msg, data);
@@ -163,6 +228,8 @@ void fc_tasks_answer(fc_tasks *ts, SoupServerMessage *msg, const char *id) {
     if (t->status == FC_TASK_PENDING) {
       t->status = FC_TASK_CANCELED; /* the pool skips it */
       snprintf(t->error, sizeof t->error, "canceled before it started");
+      t->end_real = g_get_real_time();
+      notify_locked(ts, t);
     } else if (t->status == FC_TASK_RUNNING) {
       fc_task_cancel(t);
     } else if (!t->queued) {
@@ -177,16 +244,16 @@ void fc_tasks_answer(fc_tasks *ts, SoupServerMessage *msg, const char *id) {
   g_string_free(o, TRUE);
 }
 
-static gint by_created(gconstpointer a, gconstpointer b) {
+static gint by_created_desc(gconstpointer a, gconstpointer b) {
   const fc_task *x = a, *y = b;
-  return x->created < y->created ? -1 : x->created > y->created;
+  return x->created > y->created ? -1 : x->created < y->created;
 }
 
 void fc_tasks_list(fc_tasks *ts, SoupServerMessage *msg) {
   if (!fc_http_require_method(msg, "GET")) return;
-  GString *o = g_string_new("[");
+  GString *o = g_string_new("{\"tasks\":[");
   g_mutex_lock(&ts->lock);
-  GList *all = g_list_sort(g_hash_table_get_values(ts->jobs), by_created);
+  GList *all = g_list_sort(g_hash_table_get_values(ts->jobs), by_created_desc);
   int n = 0;
   for (GList *l = all; l; l = l->next) {
     if (!fc_task_visible(ts, l->data, msg)) continue;
@@ -195,7 +262,7 @@ void fc_tasks_list(fc_tasks *ts, SoupServerMessage *msg) {
   }
   g_list_free(all);
   g_mutex_unlock(&ts->lock);
-  g_string_append_c(o, ']');
+  g_string_append(o, "]}");
   fc_http_ok(msg, o->str);
   g_string_free(o, TRUE);
 }

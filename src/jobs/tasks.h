@@ -28,6 +28,9 @@ typedef struct fc_task {
   char error[512];    /* failed or canceled: why */
   char owner[64];     /* the API key that made it ("" without keys): only it sees the job */
   gint64 created;
+  gint64 start_real, end_real; /* wall clock (µs since the epoch): submitted, finished (0: not yet) */
+  char notify_url[512]; /* "" or an http(s) URL the job's JSON is POSTed to at each change of
+                         * status (LiveTalking's notifyurl; set before fc_tasks_submit) */
 } fc_task;
 
 /* cancel and progress cross threads without the lock: one word each, no order needed. */
@@ -70,7 +73,7 @@ void fc_tasks_submit(fc_tasks *ts, SoupServerMessage *msg, fc_task *t, const cha
                      const char *prefix);
 /* GET: the job's JSON; DELETE: cancel it (pending or running) or forget it (finished). */
 void fc_tasks_answer(fc_tasks *ts, SoupServerMessage *msg, const char *id);
-/* GET: every job's JSON, oldest first. */
+/* GET: every job's JSON, newest first, as LiveTalking's {"tasks": [...]}. */
 void fc_tasks_list(fc_tasks *ts, SoupServerMessage *msg);
 /* The lock and a lookup under it, for a kind's own answers (e.g. a finished render's file). */
 void fc_tasks_lock(fc_tasks *ts);

@@ -382,7 +382,7 @@ void fc_conn_refuse_fd(int fd, int status, const char *reason, const char *text)
 void fc_conn_refuse(SoupServerMessage *msg, int status, const char *reason, const char *text,
                     const char *extra_headers) {
   fc_conn *c = fc_conn_of(msg);
-  char buf[900];
+  char buf[1600];
   int n = refusal(buf, sizeof buf, status, reason, text, extra_headers);
   /* Written past libsoup, without blocking: a client that does not read gets what fits. */
   GOutputStream *out = c ? g_io_stream_get_output_stream(c->base) : NULL;

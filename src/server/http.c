@@ -257,11 +257,80 @@ void fc_http_serve_file(SoupServerMessage *msg, const char *file, const char *ty
   g_bytes_unref(b);
 }
 
+/* ---- CORS ---------------------------------------------------------------------------------
+ * A page or player on another origin (LiveTalking's pages served elsewhere, a WHEP player) may
+ * call every route: --cors-origins (default "*", as LiveTalking answers) lists the origins, and
+ * a preflight (OPTIONS) is answered before the API key check, since browsers send it without
+ * credentials. Keys travel in the Authorization header, never cookies, so "*" exposes nothing
+ * a key does not already guard. */
+
+static int origin_allowed(fc_server *srv, const char *origin) {
+  const char *list = srv->p.cors_origins ? srv->p.cors_origins : "*";
+  if (!strcmp(list, "*")) return 1;
+  size_t n = strlen(origin);
+  for (const char *p = list; *p;) {
+    p += strspn(p, ", ");
+    size_t k = strcspn(p, ", ");
+    if (k && ((k == 1 && *p == '*') || (k == n && !g_ascii_strncasecmp(p, origin, n)))) return 1;
+    p += k;
+  }
+  return 0;
+}
+
+/* The CORS response headers for msg ("" when it has no Origin or one not allowed), as raw
+ * header lines. */
+static void cors_lines(fc_server *srv, SoupServerMessage *msg, GString *out) {
+  SoupMessageHeaders *h = soup_server_message_get_request_headers(msg);
+  const char *origin = soup_message_headers_get_one(h, "Origin");
+  const char *list = srv->p.cors_origins ? srv->p.cors_origins : "*";
+  if (!origin || !strcmp(list, "none") || !origin_allowed(srv, origin) || strlen(origin) > 256 ||
+      strpbrk(origin, "\r\n"))
+    return;
+  if (!strcmp(list, "*"))
+    g_string_append(out, "Access-Control-Allow-Origin: *\r\n");
+  else
+    g_string_append_printf(out, "Access-Control-Allow-Origin: %s\r\nVary: Origin\r\n", origin);
+  g_string_append(out, "Access-Control-Expose-Headers: Location, ETag, Link, Retry-After, "
+                       "Content-Range, Accept-Ranges, X-Request-ID\r\n");
+  if (!fc_http_is_method(msg, "OPTIONS")) return;
+  /* a preflight: what the request may then do; the headers it asks for are granted as named
+   * (token characters only) */
+  const char *want = soup_message_headers_get_one(h, "Access-Control-Request-Headers");
+  g_string_append(out, "Access-Control-Allow-Methods: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS\r\n"
+                       "Access-Control-Max-Age: 600\r\n");
+  if (want && strlen(want) <= 512 &&
+      strspn(want, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_, ") == strlen(want))
+    g_string_append_printf(out, "Access-Control-Allow-Headers: %s\r\n", want);
+  else
+    g_string_append(out, "Access-Control-Allow-Headers: Authorization, Content-Type, "
+                         "X-Request-ID, Idempotency-Key, If-Match\r\n");
+}
+
+/* Puts cors_lines' headers on msg's response. */
+static void cors_apply(fc_server *srv, SoupServerMessage *msg) {
+  GString *l = g_string_new(NULL);
+  cors_lines(srv, msg, l);
+  SoupMessageHeaders *rh = soup_server_message_get_response_headers(msg);
+  for (char *p = l->str; *p;) {
+    char *colon = strchr(p, ':'), *eol = strstr(p, "\r\n");
+    if (!colon || !eol) break;
+    *colon = *eol = 0;
+    soup_message_headers_replace(rh, p, colon + 2);
+    p = eol + 2;
+  }
+  g_string_free(l, TRUE);
+}
+
 /* Refusals before the body is read go straight to the connection (listener.h): libsoup reads
- * a request's body even after an early handler has set the status. */
-static void refuse_now(SoupServerMessage *msg, int status, const char *reason, const char *text) {
-  fc_conn_refuse(msg, status, reason, text,
-                 status == 401 ? "WWW-Authenticate: Bearer realm=\"facecast\"\r\n" : NULL);
+ * a request's body even after an early handler has set the status. They carry the CORS
+ * headers, so a page on another origin sees the refusal rather than a CORS failure. */
+static void refuse_now(fc_server *srv, SoupServerMessage *msg, int status, const char *reason,
+                       const char *text) {
+  GString *extra = g_string_new(NULL);
+  cors_lines(srv, msg, extra);
+  if (status == 401) g_string_append(extra, "WWW-Authenticate: Bearer realm=\"facecast\"\r\n");
+  fc_conn_refuse(msg, status, reason, text, extra->len ? extra->str : NULL);
+  g_string_free(extra, TRUE);
 }
 
 /* The largest body a request may bring: POST/PUT/PATCH up to the route's limit, nothing for
@@ -300,7 +369,14 @@ static const char *presented_key(fc_server *srv, SoupServerMessage *msg) {
  * libsoup would otherwise go on to read the body. */
 static int check_request(fc_server *srv, SoupServerMessage *msg, const char *path, int api) {
   if (srv->closing) { /* the server is being torn down: its jobs and sessions are going */
-    refuse_now(msg, 503, "Service Unavailable", "the server is stopping");
+    refuse_now(srv, msg, 503, "Service Unavailable", "the server is stopping");
+    return 0;
+  }
+  cors_apply(srv, msg);
+  if (fc_http_is_method(msg, "OPTIONS")) { /* a preflight, or a WHEP client's probe */
+    soup_message_headers_replace(soup_server_message_get_response_headers(msg), "Allow",
+                                 "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS");
+    soup_server_message_set_status(msg, 204, NULL);
     return 0;
   }
   SoupMessageHeaders *h = soup_server_message_get_request_headers(msg);
@@ -309,15 +385,15 @@ static int check_request(fc_server *srv, SoupServerMessage *msg, const char *pat
   SoupEncoding enc = soup_message_headers_get_encoding(h);
   char t[160];
   if (cl && (!*cl || strspn(cl, "0123456789") != strlen(cl) || strlen(cl) > 15)) {
-    refuse_now(msg, 400, "Bad Request", "Content-Length must be a number of bytes");
+    refuse_now(srv, msg, 400, "Bad Request", "Content-Length must be a number of bytes");
     return 0;
   }
   goffset len = cl ? g_ascii_strtoll(cl, NULL, 10) : 0;
   if (enc == SOUP_ENCODING_CHUNKED || (enc != SOUP_ENCODING_CONTENT_LENGTH && enc != SOUP_ENCODING_NONE)) {
     if (limit)
-      refuse_now(msg, 411, "Length Required", "a request body needs a Content-Length");
+      refuse_now(srv, msg, 411, "Length Required", "a request body needs a Content-Length");
     else
-      refuse_now(msg, 413, "Payload Too Large", "this request takes no body");
+      refuse_now(srv, msg, 413, "Payload Too Large", "this request takes no body");
     return 0;
   }
   if (len > limit) {
@@ -327,18 +403,18 @@ static int check_request(fc_server *srv, SoupServerMessage *msg, const char *pat
     else
       snprintf(t, sizeof t, "%s %s takes no body", soup_server_message_get_method(msg),
                api ? "here" : "of a page");
-    refuse_now(msg, 413, "Payload Too Large", t);
+    refuse_now(srv, msg, 413, "Payload Too Large", t);
     return 0;
   }
   if (limit && !cl) {
-    refuse_now(msg, 411, "Length Required", "a request body needs a Content-Length");
+    refuse_now(srv, msg, 411, "Length Required", "a request body needs a Content-Length");
     return 0;
   }
   if (!srv->keys || !api) return 1;
   const char *who = presented_key(srv, msg);
   int capability = session_capability_route(msg, path);
   if (!who || (!*who && !capability)) {
-    refuse_now(msg, 401, "Unauthorized",
+    refuse_now(srv, msg, 401, "Unauthorized",
                who ? "this server needs an API key: send 'Authorization: Bearer KEY'"
                    : "unknown API key");
     return 0;

@@ -165,6 +165,7 @@ struct fc_session {
   char id[40];       /* a random UUID: knowing it is what lets a client act on the session */
   char owner[64];    /* the API key (its name) that opened it; "" without keys */
   uint64_t serial;   /* 1, 2, ...: names it in logs and /metrics without giving the id away */
+  gint64 opened_us;  /* g_get_monotonic_time() at creation */
   int whep;
   int shard; /* the pacer thread that sends its frames */
   int phase; /* which of the pacer's FC_PACER_PHASES slots of a tick it is sent in */
@@ -201,6 +202,16 @@ struct fc_session {
 
   /* lip-sync through the pool: the pulling thread waits until its frames are done */
   fc_lipsync_client *lsc;
+
+  /* What the last few utterances say (SSE's "text"): written by the speaking worker as it
+   * pushes one, read by the main loop when its start and end are sent. Its own lock, so the
+   * main loop never waits for s->lock (held through whole lip-sync batches). */
+  GMutex text_lock;
+  struct {
+    uint32_t utt;
+    char *text;
+  } texts[8];
+  unsigned text_next;
 
   GMutex out_lock;
   fc_sink *out; /* the viewer's output (a WebRTC peer; the benchmark's null output) */
@@ -258,7 +269,10 @@ void fc_session_interrupt(fc_session *s);
 void fc_session_post_event(fc_session *s, const char *type, uint32_t utt);
 /* Main loop: adds an event stream (the response of GET /sse). */
 void fc_session_add_sse(fc_session *s, SoupServerMessage *msg);
-/* Main loop: writes an event to the session's SSE clients. */
+/* Any thread: utterance utt says text (its SSE events carry it). */
+void fc_session_utt_text(fc_session *s, uint32_t utt, const char *text);
+/* Main loop: writes an utterance's start or end to the session's SSE clients, as LiveTalking
+ * does: an unnamed event, data {"status": type, "text": what it says (when known), ...}. */
 void fc_session_send_sse(fc_session *s, const char *type, uint32_t utt);
 /* Main loop: writes "event: NAME" with one JSON object as its data to the SSE clients. */
 void fc_session_send_sse_json(fc_session *s, const char *name, const char *json);
@@ -440,6 +454,8 @@ void fc_avatar_tasks_free(fc_server *srv);
 /* src/jobs/renders.c: bulk MP4 renders through the scheduler (POST/GET/DELETE /api/render). Free
  * before the scheduler: a running render is its client. */
 void fc_render_tasks_register(fc_server *srv);
+/* admin.c: GET /api/admin/config, /api/admin/sessions; stopping a session. */
+void fc_admin_register(fc_server *srv);
 void fc_render_tasks_free(fc_server *srv);
 /* Answers {code:-1,msg} with an HTTP status. */
 void fc_http_error(SoupServerMessage *msg, int status, const char *fmt, ...)

@@ -113,4 +113,5 @@ void fc_http_register(fc_server *srv) {
   soup_server_add_websocket_handler(s, "/api/asr", NULL, NULL, fc_route_asr, srv, NULL);
   fc_avatar_tasks_register(srv);
   fc_render_tasks_register(srv);
+  fc_admin_register(srv);
 }

@@ -168,8 +168,10 @@ static int say_espeak(fc_session *s, const say_line *l) {
   if (g_atomic_int_get(&s->chat_gen) != l->gen || g_atomic_int_get(&s->closed))
     err = FC_ECANCELED;
   else if (!(err = fc_stream_push_speech(s->stream, sp.audio.samples, sp.audio.n, sp.ph,
-                                         sp.n_ph, &utt)))
+                                         sp.n_ph, &utt))) {
+    fc_session_utt_text(s, utt, l->text); /* before a frame of it can be produced */
     fc_session_want_fill_locked(s);
+  }
   g_mutex_unlock(&s->lock);
   fc_speech_free(&sp);
   if (!err && l->turn) fc_session_post_turn_audio(s, l->turn, utt);
@@ -192,8 +194,10 @@ static int on_audio(void *user, const float *pcm, size_t n) {
   if (g_atomic_int_get(&s->chat_gen) != c->l->gen || g_atomic_int_get(&s->closed)) {
     stop = 1;
   } else {
-    if (!c->opened && !(c->err = fc_stream_open_speech(s->stream, &c->utt)) && c->l->turn)
-      fc_session_post_turn_audio(s, c->l->turn, c->utt);
+    if (!c->opened && !(c->err = fc_stream_open_speech(s->stream, &c->utt))) {
+      fc_session_utt_text(s, c->utt, c->l->text);
+      if (c->l->turn) fc_session_post_turn_audio(s, c->l->turn, c->utt);
+    }
     c->opened = 1;
     if (!c->err) c->err = fc_stream_push_audio(s->stream, pcm, n);
     if (!c->err) fc_session_want_fill_locked(s);

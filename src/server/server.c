@@ -1,6 +1,7 @@
 /* facecast serve: server lifetime (see include/facecast/server.h and internal.h). */
 #include "facecast/error.h"
 #include "converse/llm.h"
+#include "core/file.h"
 #include "core/stale.h"
 #include "server/internal.h"
 #include "server/listen.h"
@@ -137,11 +138,9 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
   srv->loop = g_main_loop_new(srv->ctx, FALSE);
   srv->sessions = g_hash_table_new(g_str_hash, g_str_equal);
   srv->recordings = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, fc_recording_free);
-#ifdef FC_DEFAULT_WEB_DIR
-  srv->web_dir = g_strdup(srv->p.web_dir ? srv->p.web_dir : FC_DEFAULT_WEB_DIR);
-#else
-  srv->web_dir = g_strdup(srv->p.web_dir ? srv->p.web_dir : "web");
-#endif
+  /* the checkout's (or install's) web/ beside the binary's folder, else ./web */
+  const char *web = srv->p.web_dir ? srv->p.web_dir : fc_beside_exe("web");
+  srv->web_dir = g_strdup(web ? web : "web");
   GError *e = NULL;
   if (srv->p.record_dir) {
     srv->record_dir = g_strdup(srv->p.record_dir);

@@ -83,6 +83,7 @@ fc_session *fc_session_new(fc_server *srv, fc_avatar *av, const char *owner, int
   g_mutex_init(&s->q_lock);
   g_mutex_init(&s->out_lock);
   g_mutex_init(&s->chat_lock);
+  g_mutex_init(&s->text_lock);
   g_queue_init(&s->chat_q);
   s->state = FC_LIVE_CONNECTING;
   fc_lipsync_client_params cp = {.cls = FC_SCHED_LIVE, .first_due = first_due, .user = s};
@@ -132,6 +133,7 @@ fc_session *fc_session_new(fc_server *srv, fc_avatar *av, const char *owner, int
   fc_session_ref(s);
   g_hash_table_insert(srv->sessions, s->id, s);
   s->serial = ++srv->sessions_created;
+  s->opened_us = g_get_monotonic_time();
   g_mutex_unlock(&srv->lock);
   return s;
 fail:
@@ -156,6 +158,8 @@ void fc_session_unref(fc_session *s) {
   g_free(s->ref_audio);
   g_free(s->ref_text);
   g_mutex_clear(&s->chat_lock);
+  for (size_t i = 0; i < G_N_ELEMENTS(s->texts); i++) g_free(s->texts[i].text);
+  g_mutex_clear(&s->text_lock);
   g_free(s);
 }
 
@@ -345,16 +349,43 @@ void fc_session_send_sse(fc_session *s, const char *type, uint32_t utt) {
   } else if (s->heard == utt) {
     s->heard = 0;
   }
-  char buf[160];
-  int n = snprintf(buf, sizeof buf,
-                   "event: speech\ndata: {\"sessionid\":\"%s\",\"type\":\"%s\",\"id\":%u}\n\n",
-                   s->id, type, utt);
+  /* LiveTalking's shape (an unnamed event whose data has status and text) with facecast's
+   * fields after it; "event" names the kind as the named events' lines do. */
+  GString *ev = g_string_new("data: {\"status\":");
+  char *q = fc_http_json_quote(type);
+  g_string_append(ev, q);
+  g_free(q);
+  g_mutex_lock(&s->text_lock);
+  for (size_t i = 0; i < G_N_ELEMENTS(s->texts); i++) {
+    if (s->texts[i].text && s->texts[i].utt == utt) {
+      q = fc_http_json_quote(s->texts[i].text);
+      g_string_append_printf(ev, ",\"text\":%s", q);
+      g_free(q);
+      break;
+    }
+  }
+  g_mutex_unlock(&s->text_lock);
+  g_string_append_printf(ev, ",\"event\":\"speech\",\"sessionid\":\"%s\",\"type\":\"%s\",\"id\":%u}\n\n",
+                         s->id, type, utt);
   for (GList *l = s->sse; l; l = l->next) {
     SoupServerMessage *m = l->data;
-    soup_message_body_append(soup_server_message_get_response_body(m), SOUP_MEMORY_COPY, buf,
-                             (gsize)n);
+    soup_message_body_append(soup_server_message_get_response_body(m), SOUP_MEMORY_COPY, ev->str,
+                             ev->len);
     soup_server_message_unpause(m);
   }
+  g_string_free(ev, TRUE);
+}
+
+void fc_session_utt_text(fc_session *s, uint32_t utt, const char *text) {
+  if (!utt || !text) return;
+  char *t = g_strdup(text);
+  g_mutex_lock(&s->text_lock);
+  unsigned i = s->text_next++ % G_N_ELEMENTS(s->texts);
+  char *old = s->texts[i].text;
+  s->texts[i].utt = utt;
+  s->texts[i].text = t;
+  g_mutex_unlock(&s->text_lock);
+  g_free(old);
 }
 
 void fc_session_send_sse_json(fc_session *s, const char *name, const char *json) {

@@ -56,13 +56,16 @@ static void post_reply(fc_server *srv, reply *r) {
   g_source_unref(src);
 }
 
-/* Queues speech on the session (interrupting first when asked) and starts production. */
-static int queue_speech(fc_session *s, const fc_speech *sp, int interrupt) {
+/* Queues speech on the session (interrupting first when asked) and starts production; text
+ * (or NULL) is what it says, for its SSE events. */
+static int queue_speech(fc_session *s, const fc_speech *sp, int interrupt, const char *text) {
   if (interrupt) fc_session_interrupt(s);
   g_mutex_lock(&s->lock);
+  uint32_t utt = 0;
   int err = g_atomic_int_get(&s->closed) ? fc_error_set(FC_ENOTFOUND, "the session is closed")
                       : fc_stream_push_speech(s->stream, sp->audio.samples, sp->audio.n, sp->ph,
-                                              sp->n_ph, NULL);
+                                              sp->n_ph, &utt);
+  if (!err) fc_session_utt_text(s, utt, text);
   if (!err) fc_session_want_fill_locked(s);
   g_mutex_unlock(&s->lock);
   return err;
@@ -118,7 +121,7 @@ void fc_job_run(gpointer data, gpointer user) {
     fc_speech sp;
     fc_tts_params tp = {.voice = j->voice ? j->voice : srv->p.tts_voice}; /* --tts-voice */
     if (!(err = fc_tts_speak(j->text, &tp, &sp))) {
-      err = queue_speech(j->s, &sp, j->interrupt);
+      err = queue_speech(j->s, &sp, j->interrupt, j->text);
       fc_speech_free(&sp);
     }
     break;
@@ -136,7 +139,7 @@ void fc_job_run(gpointer data, gpointer user) {
     } else { /* anything else GStreamer decodes: MP3, M4A, Ogg, WebM from MediaRecorder … */
       err = decode_upload(d, n, &sp.audio);
     }
-    if (!err) err = queue_speech(j->s, &sp, j->interrupt);
+    if (!err) err = queue_speech(j->s, &sp, j->interrupt, j->text);
     fc_speech_free(&sp);
     break;
   }

@@ -242,7 +242,7 @@ def avatar_tasks(c):
     check(st == 200 and d.get("status") == "completed" and d.get("progress") == 100 and
           d.get("result", {}).get("frames") == 1, "avatar task completes (%s)" % d)
     st, js, _, _ = c.req("GET", "/api/avatar/tasks")
-    check(st == 200 and any(t["task_id"] == tid for t in js["data"]), "task list")
+    check(st == 200 and any(t["task_id"] == tid for t in js["data"]["tasks"]), "task list (LiveTalking's data.tasks)")
     st, js, _, _ = c.req("GET", "/api/avatars")
     check(st == 200 and any(a["avatar_id"] == "astro" and a["frames"] == 1 for a in js["data"]), "avatar list")
     check(os.path.exists(os.path.join(DATA_DIR, "avatars", "astro.fcpack")), "pack written")

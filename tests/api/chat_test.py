@@ -23,14 +23,16 @@ BIN = sys.argv[1]
 SECRET = "sk-test-0123456789-never-logged"
 
 
-def start(env_extra, *args):
-    """The server with its stderr kept (to look for the key in it)."""
+def start(env_extra, *args, cwd=None, any_port=True):
+    """The server with its stderr kept (to look for the key in it); any_port=False leaves the
+    port to args (or a config file)."""
     env = dict(os.environ, FACECAST_DATA_DIR=api_test.DATA_DIR, **env_extra)
     for k in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "LLM_MODEL"):
         if k not in env_extra:
             env.pop(k, None)
-    p = subprocess.Popen([BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--quiet", *args],
-                         stderr=subprocess.PIPE, text=True, env=env)
+    port = ["--port", "0"] if any_port else []
+    p = subprocess.Popen([os.path.abspath(BIN), "serve", "--host", "127.0.0.1", *port, "--quiet", *args],
+                         stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
     log = []
     deadline = time.time() + 30
     while time.time() < deadline:
@@ -70,14 +72,18 @@ class Events:
                 return
             buf += d
             while True:
-                m = re.search(rb"event: (\w+)\r?\ndata: ([^\r\n]*)\r?\n\r?\n", buf)
+                # named events (chat, listen, tts) and LiveTalking's unnamed ones (speech:
+                # their data names the kind in "event")
+                m = re.search(rb"(?:event: (\w+)\r?\n)?data: ([^\r\n]*)\r?\n\r?\n", buf)
                 if not m:
                     break
                 buf = buf[m.end():]
                 try:
-                    self.items.append((m.group(1).decode(), json.loads(m.group(2)), time.monotonic()))
+                    d = json.loads(m.group(2))
                 except ValueError:
-                    self.items.append((m.group(1).decode(), {"unparseable": m.group(2)}, time.monotonic()))
+                    d = {"unparseable": m.group(2)}
+                name = m.group(1).decode() if m.group(1) else (d.get("event") or "message")
+                self.items.append((name, d, time.monotonic()))
 
     def chat(self, turn):
         return [d for n, d, _ in self.items if n == "chat" and d.get("turn") == turn]
