@@ -129,7 +129,7 @@ def generate_ci(out, seed):
 def generate_full(out, seed, batch):
     """The full-width set for the GPU machine's parity run (not committed)."""
     os.makedirs(out, exist_ok=True)
-    model = W.build(1, seed, size=S)
+    model = W.build(1, seed, size=S, calib_device="cuda" if torch.cuda.is_available() else None)
     W.save_checkpoint_zip(model, os.path.join(out, "ckpt_zip.pth"))
     mel, faces = W.random_inputs(batch, 1, size=S)
     mel, faces = mel.float(), faces.float()

@@ -316,7 +316,7 @@ def random_inputs(batch, seed, size=96):
     return mel, faces
 
 
-def randomize_(model, seed, calibrate=True):
+def randomize_(model, seed, calibrate=True, calib_device=None):
     """Deterministic random init (CPU, float32 values).
 
     Convs: PyTorch's default init (weight and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)), which
@@ -332,7 +332,10 @@ def randomize_(model, seed, calibrate=True):
     (8 samples from random_inputs(seed + 1000), float64) and then perturbed:
     running_mean = mean + std * U(-0.25, 0.25), running_var = max(var, 1e-4) * U(0.5, 1.5).
     They are still arbitrary per-channel values (means of either sign, variances from ~1e-3 to
-    ~1e2), so BN folding is exercised, and every layer's eval-mode output is O(1)."""
+    ~1e2), so BN folding is exercised, and every layer's eval-mode output is O(1).
+    calib_device: where the float64 calibration forward runs (default the CPU; "cuda" makes the
+    full-width 256 model's calibration take seconds instead of minutes, with values that may
+    differ from a CPU run in the last bits)."""
     g = torch.Generator().manual_seed(seed)
     bns = []
     with torch.no_grad():
@@ -359,7 +362,7 @@ def randomize_(model, seed, calibrate=True):
     # its running stats from its actual input before it normalises (eval mode throughout, so
     # every later layer sees exactly what it will see at inference with the final stats).
     import copy
-    m64 = copy.deepcopy(model).double().eval()
+    m64 = copy.deepcopy(model).double().eval().to(calib_device or "cpu")
     bn64 = [m for m in m64.modules() if isinstance(m, nn.BatchNorm2d)]
     assert len(bn64) == len(bns)
     idx = {id(b): i for i, b in enumerate(bn64)}
@@ -373,7 +376,7 @@ def randomize_(model, seed, calibrate=True):
         x = inp[0]
         mean = x.mean(dim=(0, 2, 3))
         var = x.var(dim=(0, 2, 3), unbiased=False)
-        dm, sv = pert[idx[id(mod)]]
+        dm, sv = (t.to(x.device) for t in pert[idx[id(mod)]])
         # round to float32 now so the float64 calibration forward sees the stored values
         mod.running_mean.copy_((mean + var.sqrt() * dm).float().double())
         mod.running_var.copy_((var.clamp_min(1e-4) * sv).float().double())
@@ -381,18 +384,18 @@ def randomize_(model, seed, calibrate=True):
     hs = [b.register_forward_pre_hook(pre_hook) for b in bn64]
     mel, faces = random_inputs(8, seed + 1000, model.size)
     with torch.no_grad():
-        m64(mel, faces)
+        m64(mel.to(calib_device or "cpu"), faces.to(calib_device or "cpu"))
     for h in hs:
         h.remove()
     with torch.no_grad():
         for b32, b64 in zip(bns, bn64):
-            b32.running_mean.copy_(b64.running_mean.float())
-            b32.running_var.copy_(b64.running_var.float())
+            b32.running_mean.copy_(b64.running_mean.float().cpu())
+            b32.running_var.copy_(b64.running_var.float().cpu())
     return model.eval()
 
 
-def build(width=1, seed=0, size=96):
-    return randomize_(Wav2Lip(width, size=size), seed).eval()
+def build(width=1, seed=0, size=96, calib_device=None):
+    return randomize_(Wav2Lip(width, size=size), seed, calib_device=calib_device).eval()
 
 
 def count_flops(model, audio_hw=(80, 16), face_hw=None):
