@@ -487,7 +487,8 @@ static int bench_model(int argc, char **argv) {
   }
   if (!ckpt) {
     fprintf(stderr, "facecast: error: bench model: --checkpoint FILE is required (a full-size "
-                    "one with random weights: tools/gen_wav2lip_golden.py --width 1 --out DIR)\n");
+                    "one with random weights: tools/gen_wav2lip_golden.py --width 1 --out DIR, or "
+                    "for wav2lip256 tools/bench_wav2lip256.py make FILE)\n");
     return FC_EXIT_INPUT;
   }
   int dt = strcmp(dtype, "fp32") == 0   ? FC_W2L_FP32

@@ -28,8 +28,8 @@
 #define BN_EPS 1e-5
 /* Sanity bounds on what a file may ask for, so a hostile header fails cleanly instead of
  * allocating gigabytes. The real networks: at most 1024 channels (a concatenation), 36 M (96)
- * and 54 M (256) weights, and per frame 1.1 M (96) and 12 M (256: the last decoder level alone
- * is 80 × 256 × 256) activation floats in the planned slots. Only channel counts come from the
+ * and 54 M (256) weights, and per frame 2.0 M (96) and 14.2 M (256: the last decoder level
+ * alone is 80 × 256 × 256) activation floats in the planned slots. Only channel counts come from the
  * file (the spatial sizes are fixed by the variant), so the activation bound is what stops a
  * 256 file with, say, 8192-channel layers (over 500 M floats per frame). */
 #define MAX_CHANNELS 8192

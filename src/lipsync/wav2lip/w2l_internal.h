@@ -45,8 +45,8 @@ typedef struct w2l_op {
   int tmp;     /* W2L_CONVT: a scratch tensor of the output's size (-1 otherwise) */
 } w2l_op;
 
-/* Table sizes for the larger variant (256: 55 convs, 8 concatenations, 73 tensors; the 96
- * model has 51, 7 and 67). */
+/* Table sizes, with room, for the larger variant (256: 55 convs, 8 concatenations, 72 tensors,
+ * 63 ops; the 96 model has 51, 7, 66 and 58). */
 #define W2L_NLAYERS 55
 #define W2L_MAX_TENSORS 96
 #define W2L_MAX_OPS 80
