@@ -41,6 +41,8 @@ pack)
   PLUGINS=coreelements bash shared/bench/bundle-for-accelerator.sh build-cuda/facecast "$t/b" >/dev/null 2>&1 ||
     bash ../shared/bench/bundle-for-accelerator.sh build-cuda/facecast "$t/b" >/dev/null || exit 1
   cp build-cuda/test_wav2lip build-cuda/test_w2l_composite "$t/b/"
+  # test_w2l_composite's photo cases need the default avatar (git-ignored data/, from scripts/deps.sh)
+  [ -f data/avatars/default.png ] && mkdir -p "$t/b/data/avatars" && cp data/avatars/default.png "$t/b/data/avatars/"
   for l in $(ldd build-cuda/test_wav2lip | awk '/=> \//{print $3}' | grep -E "dnnl|OpenCL|gomp"); do cp -L "$l" "$t/b/lib/"; done
   pwd >"$t/b/SRCDIR" # the binaries' compiled-in paths point below it
   mkdir -p build-cuda-dev && tar cJf build-cuda-dev/b.tar.xz -C "$t/b" . && cp "$0" build-cuda-dev/
@@ -88,6 +90,7 @@ v256)
   [ -x "$SRC/build-cuda/facecast" ] || { echo "no build-cuda here: carry build-cuda-dev (from '$0 pack')" >&2; exit 2; }
   export LD_LIBRARY_PATH=$SRC/build-cuda/lib:/usr/local/cuda/lib64
   B=$SRC/build-cuda F=$SRC/build-cuda/facecast OUT=${OUT:-.} T=$(mktemp -d)
+  export FACECAST_DATA_DIR=$B/data
   CK=$T/wav2lip256.pth
   nvidia-smi -L
   PYTHONUNBUFFERED=1 timeout 240 python3 tools/bench_wav2lip256.py make "$CK" || exit 1

@@ -4,8 +4,8 @@
  *
  * Host path per batch: each job's background is asked for (written into its out buffer), its
  * face box resized to the model's S×S crop (S = 96 or 256), the batch runs through the network,
- * and each job's patch rect is blended in place over the background. The three batch buffers are allocated on the
- * first call and kept. */
+ * and each job's patch rect is blended in place over the background. The three batch buffers
+ * are allocated on the first call and kept. */
 #include "facecast/error.h"
 #include "lipsync/wav2lip/w2l_composite.h"
 #include "lipsync/wav2lip/w2l_internal.h"

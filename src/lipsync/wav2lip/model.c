@@ -1,9 +1,11 @@
 /* Wav2Lip: the layer graph, loading a checkpoint into it, buffer planning and the infer loop.
  *
  * Design: the topology (which layers, kernel sizes, strides, paddings, where the residuals and
- * the skip concatenations are) is fixed here, written from tools/wav2lip_ref.py; every channel
- * count comes from the checkpoint's tensor shapes, checked for consistency as the graph is
- * built, so the real network and the width-16 test fixtures load through the same code. The
+ * the skip concatenations are) is fixed here, written from tools/wav2lip_ref.py, in two
+ * variants (96×96, and the 256×256 wav2lip256; the checkpoint's keys pick one, see
+ * build_graph); every channel count comes from the checkpoint's tensor shapes, checked for
+ * consistency as the graph is built, so the real networks and the narrow test fixtures load
+ * through the same code. The
  * check collects every problem (missing keys, unexpected keys, shape mismatches) and reports
  * them in one line rather than stopping at the first, since a wrong file usually has hundreds.
  *
@@ -29,9 +31,9 @@
 /* Sanity bounds on what a file may ask for, so a hostile header fails cleanly instead of
  * allocating gigabytes. The real networks: at most 1024 channels (a concatenation), 36 M (96)
  * and 54 M (256) weights, and per frame 2.0 M (96) and 14.2 M (256: the last decoder level
- * alone is 80 × 256 × 256) activation floats in the planned slots. Only channel counts come from the
- * file (the spatial sizes are fixed by the variant), so the activation bound is what stops a
- * 256 file with, say, 8192-channel layers (over 500 M floats per frame). */
+ * alone is 80 × 256 × 256) activation floats in the planned slots. Only channel counts come
+ * from the file (the spatial sizes are fixed by the variant), so the activation bound is what
+ * stops a 256 file with, say, 8192-channel layers (over 500 M floats per frame). */
 #define MAX_CHANNELS 8192
 #define MAX_WEIGHTS (1u << 28)      /* floats, all layers */
 #define MAX_ACT_PER_FRAME (1u << 26) /* floats, all slots */
@@ -183,7 +185,7 @@ static int concat(builder *b, int x, int skip, const char *tap) {
   return out;
 }
 
-/* The network, in one of its two variants (w2l_internal.h): the 96×96 original, or the 256×256
+/* The network, in one of its two variants: the 96×96 original, or the 256×256
  * "wav2lip256" (LiveTalking's wav2lip_v2) with one more encoder level and one more decoder level.
  * Both share the building blocks, the audio encoder and the output block; where they differ:
  *   encoder:  96: 7 blocks, the last one k3 p0 + k1 (3×3 -> 1×1);
