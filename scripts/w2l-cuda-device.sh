@@ -13,26 +13,42 @@
 #          256 (W2L_CUDA_TIMING) and an ncu kernel list of one resident fp16 pass at batch 256;
 #          then, with WAV2LIP_DIR naming a git-ignored copy of the public Wav2Lip models/ folder,
 #          the PyTorch anchors of shared/bench in the same call (eager; torch.compile + graphs)
+#   there: run tool, carry ["build-cuda-dev"], command `bash build-cuda-dev/w2l-cuda-device.sh v256`
+#          (wav2lip256, LiveTalking's 256x256 network; unpacks like run when run has not been
+#          called on this machine; ~6 min): makes a full-width random wav2lip256 checkpoint in
+#          LiveTalking's layout (tools/bench_wav2lip256.py make), runs the 256 cases of
+#          test_wav2lip and test_w2l_composite on cuda, checks `facecast wav2lip infer` against
+#          PyTorch on CUDA (fp32 <= 1e-3, fp16 <= 2e-2; exit status 1 on a failure), then times
+#          side by side at batch 1/16/256: `facecast bench model` (fp16, fp32) and PyTorch eager
+#          and torch.compile (reduce-overhead) on the same file. Logs and JSON lines under $OUT:
+#          v256_test.log, v256_parity.jsonl, v256_fc_{fp16,fp32}.jsonl, v256_torch_{eager,compile}.jsonl
 set -u
-case "${1:-}" in
-pack)
-  cd "$(dirname "$0")/.."
-  cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXE_LINKER_FLAGS=-Wl,--as-needed >/dev/null &&
-    make -C build-cuda -j"$(nproc)" test_wav2lip facecast >/dev/null || exit 1
-  t=$(mktemp -d)
-  PLUGINS=coreelements bash shared/bench/bundle-for-accelerator.sh build-cuda/facecast "$t/b" >/dev/null 2>&1 ||
-    bash ../shared/bench/bundle-for-accelerator.sh build-cuda/facecast "$t/b" >/dev/null || exit 1
-  cp build-cuda/test_wav2lip "$t/b/"
-  for l in $(ldd build-cuda/test_wav2lip | awk '/=> \//{print $3}' | grep -E "dnnl|OpenCL|gomp"); do cp -L "$l" "$t/b/lib/"; done
-  pwd >"$t/b/SRCDIR" # the binaries' compiled-in paths point below it
-  mkdir -p build-cuda-dev && tar cJf build-cuda-dev/b.tar.xz -C "$t/b" . && cp "$0" build-cuda-dev/
-  rm -rf "$t"; ls -la build-cuda-dev ;;
-run)
+# Unpacks build-cuda-dev/b.tar.xz to <the source dir it was packed from>/build-cuda (the test
+# binaries carry that path for their data), linking that dir to this tree; sets SRC.
+unpack() {
   ROOT=$PWD
   mkdir -p build-cuda-dev/x && tar xJf build-cuda-dev/b.tar.xz -C build-cuda-dev/x
   SRC=$(cat build-cuda-dev/x/SRCDIR)
   [ -e "$SRC" ] || { mkdir -p "$(dirname "$SRC")" && ln -s "$ROOT" "$SRC"; }
   rm -rf "$SRC/build-cuda" && mv build-cuda-dev/x "$SRC/build-cuda"
+}
+case "${1:-}" in
+pack)
+  cd "$(dirname "$0")/.."
+  cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXE_LINKER_FLAGS=-Wl,--as-needed >/dev/null &&
+    make -C build-cuda -j"$(nproc)" test_wav2lip test_w2l_composite facecast >/dev/null || exit 1
+  t=$(mktemp -d)
+  PLUGINS=coreelements bash shared/bench/bundle-for-accelerator.sh build-cuda/facecast "$t/b" >/dev/null 2>&1 ||
+    bash ../shared/bench/bundle-for-accelerator.sh build-cuda/facecast "$t/b" >/dev/null || exit 1
+  cp build-cuda/test_wav2lip build-cuda/test_w2l_composite "$t/b/"
+  # test_w2l_composite's photo cases need the default avatar (git-ignored data/, from scripts/deps.sh)
+  [ -f data/avatars/default.png ] && mkdir -p "$t/b/data/avatars" && cp data/avatars/default.png "$t/b/data/avatars/"
+  for l in $(ldd build-cuda/test_wav2lip | awk '/=> \//{print $3}' | grep -E "dnnl|OpenCL|gomp"); do cp -L "$l" "$t/b/lib/"; done
+  pwd >"$t/b/SRCDIR" # the binaries' compiled-in paths point below it
+  mkdir -p build-cuda-dev && tar cJf build-cuda-dev/b.tar.xz -C "$t/b" . && cp "$0" build-cuda-dev/
+  rm -rf "$t"; ls -la build-cuda-dev ;;
+run)
+  unpack
   export LD_LIBRARY_PATH=$SRC/build-cuda/lib:/usr/local/cuda/lib64
   B=$SRC/build-cuda F=$SRC/build-cuda/facecast OUT=${OUT:-/tmp}
   nvidia-smi -L
@@ -68,5 +84,26 @@ bench)
      timeout 200 python3 wav2lip_torch_compile_bench.py reduce-overhead 1,16,512 >"$OUT/torch_compile.jsonl" 2>"$OUT/torch_compile.err")
     grep '"float16"' "$OUT/torch_eager.jsonl" | grep -v '"channels_last": false'; cat "$OUT/torch_compile.jsonl"
   fi ;;
-*) echo "usage: $0 pack|run|bench" >&2; exit 2 ;;
+v256)
+  if [ -f build-cuda-dev/b.tar.xz ] && ! [ -x "$(cat build-cuda/SRCDIR 2>/dev/null)/build-cuda/facecast" ]; then unpack; fi
+  SRC=$(readlink -f "$(cat build-cuda/SRCDIR 2>/dev/null || echo /nonexistent)")
+  [ -x "$SRC/build-cuda/facecast" ] || { echo "no build-cuda here: carry build-cuda-dev (from '$0 pack')" >&2; exit 2; }
+  export LD_LIBRARY_PATH=$SRC/build-cuda/lib:/usr/local/cuda/lib64
+  B=$SRC/build-cuda F=$SRC/build-cuda/facecast OUT=${OUT:-.} T=$(mktemp -d)
+  export FACECAST_DATA_DIR=$B/data
+  CK=$T/wav2lip256.pth
+  nvidia-smi -L
+  PYTHONUNBUFFERED=1 timeout 240 python3 tools/bench_wav2lip256.py make "$CK" || exit 1
+  (cd "$B" && timeout 180 ./test_wav2lip 2>&1 | grep -E "256|FAIL|passed|failed"
+   timeout 120 ./test_w2l_composite 2>&1 | grep -E "256|FAIL|passed|failed") | tee "$OUT/v256_test.log"
+  timeout 120 python3 tools/bench_wav2lip256.py parity --checkpoint "$CK" --facecast "$F" --dir "$T" | tee "$OUT/v256_parity.jsonl"
+  rc=${PIPESTATUS[0]}
+  for dt in fp16 fp32; do
+    timeout 100 "$F" bench model --checkpoint "$CK" --device cuda --dtype $dt --batches 1,16,256 --seconds 0.6 --json | tee "$OUT/v256_fc_$dt.jsonl"
+  done
+  timeout 150 python3 tools/bench_wav2lip256.py bench --checkpoint "$CK" --batches 1,16,256 --dtypes fp16,fp32 | tee "$OUT/v256_torch_eager.jsonl"
+  timeout 240 python3 tools/bench_wav2lip256.py bench --checkpoint "$CK" --batches 1,16,256 --dtypes fp16,fp32 --compile 2>"$OUT/v256_torch_compile.err" | grep compile | tee "$OUT/v256_torch_compile.jsonl"
+  rm -rf "$T"
+  exit "$rc" ;;
+*) echo "usage: $0 pack|run|bench|v256" >&2; exit 2 ;;
 esac

@@ -96,6 +96,13 @@ ck="$(dirname "$0")/data/wav2lip/ckpt_zip.pth"
 "$bin" render --text "One two three." --model wav2lip --checkpoint "$ck" -o "$tmp/w2l.mp4" --quiet ||
   fail "wav2lip render exit $?"
 [ -s "$tmp/w2l.mp4" ] && { frames=$(ffprobe -v error -select_streams v:0 -count_frames -show_entries stream=nb_read_frames -of csv=p=0 "$tmp/w2l.mp4"); check_mp4 "$tmp/w2l.mp4" "$(awk -v f="$frames" 'BEGIN{print f/25}')"; }
+# The same with wav2lip256 (LiveTalking's 256x256 network; a width-64 test network): the file
+# decides the crop size, so the same command line renders it.
+ck256="$(dirname "$0")/data/wav2lip256/ckpt_zip.pth"
+"$bin" render --text "One two three." --model wav2lip --checkpoint "$ck256" -o "$tmp/w2l256.mp4" --quiet ||
+  fail "wav2lip256 render exit $?"
+[ -s "$tmp/w2l256.mp4" ] && { frames=$(ffprobe -v error -select_streams v:0 -count_frames -show_entries stream=nb_read_frames -of csv=p=0 "$tmp/w2l256.mp4"); check_mp4 "$tmp/w2l256.mp4" "$(awk -v f="$frames" 'BEGIN{print f/25}')"; }
+cmp -s "$tmp/w2l.mp4" "$tmp/w2l256.mp4" && fail "wav2lip256 rendered the same bytes as the 96 model"
 bad "wav2lip without checkpoint" "checkpoint" --text "hi" --model wav2lip
 bad "wav2lip with a foreign checkpoint" "wav2lip\|missing" --text "hi" --model wav2lip \
   --checkpoint "$(dirname "$0")/data/ckpt/flat_sd.pth"

@@ -2,8 +2,9 @@
  *
  * The shared arithmetic (w2l_composite.h) on its own: resampling is exact at scale 1 and keeps
  * constant and monotonic images so, the mask is 0 above 45 % of the box and 255 in its middle.
- * The host path (width-16 test network, "cpu"): equal to doing its steps by hand (crops, the
- * network's byte path, the blend), the background untouched above the mask, the callback asked
+ * The host path (width-16 test network, "cpu"; and the width-64 wav2lip256 test network, whose
+ * crops are 256×256): equal to doing its steps by hand (crops, the network's byte path, the
+ * blend), the background untouched above the mask, the callback asked
  * once per job, batches beyond max_batch, and bad jobs refused. On "cuda" (skipped without a
  * GPU): the same jobs against the host path — fp32 within 2 levels and nearly all bytes equal,
  * fp16 close — the sources uploaded once per key, and a working set beyond the device cache's
@@ -22,12 +23,28 @@
 #include <string.h>
 
 #define CKPT FC_TEST_DATA_DIR "/wav2lip/ckpt_zip.pth"
+/* the 256×256 variant (wav2lip256), a narrow test network: tools/gen_wav2lip_golden.py --v256 */
+#define CKPT256 FC_TEST_DATA_DIR "/wav2lip256/ckpt_zip.pth"
 #define MEL (FC_W2L_MEL_H * FC_W2L_MEL_W)
 #define MAXJ 160
 
 static size_t rect_bytes(const fc_w2l_job *j) { return (size_t)j->box_w * (j->box_h - j->y0) * 3 / 2; }
 
 /* ---- the shared arithmetic ---- */
+
+/* Row y of the side × side crop of a 200×150 box whose channel 0 is 77 and channel 1 = x: the
+ * last pixel's channel 1 if channel 0 stayed 77 and channel 1 never decreased, else -1. */
+static int ramp_ok(const uint8_t *box, int side, int y) {
+  int prev = -1, mono = 1, flat = 1;
+  for (int x = 0; x < side; x++) {
+    uint8_t px[3];
+    w2l_crop_px(box, 600, 200, 150, side, x, y, px);
+    flat &= px[0] == 77;
+    mono &= px[1] >= prev;
+    prev = px[1];
+  }
+  return flat && mono ? prev : -1;
+}
 
 static void test_math(void) {
   int idx, w1, bad = 0;
@@ -43,16 +60,8 @@ static void test_math(void) {
       uint8_t *p = box + (y * 200 + x) * 3;
       p[0] = 77, p[1] = (uint8_t)x, p[2] = (uint8_t)(y + 50);
     }
-  int prev = -1, mono = 1, flat = 1;
-  for (int x = 0; x < 96; x++) {
-    uint8_t px[3];
-    w2l_crop_px(box, 600, 200, 150, x, 40, px);
-    flat &= px[0] == 77;
-    mono &= px[1] >= prev;
-    prev = px[1];
-  }
-  FC_CHECK(flat && mono);
-  FC_CHECK(prev > 190); /* the ramp reaches its far end */
+  FC_CHECK(ramp_ok(box, 96, 40) > 190);  /* the ramp reaches its far end */
+  FC_CHECK(ramp_ok(box, 256, 200) == 199); /* the 256 model's side: an upscale of the box */
   /* the mask */
   FC_CHECK(w2l_alpha(100, 0, 200, 200) == 0);
   FC_CHECK(w2l_alpha(100, 89, 200, 200) == 0);
@@ -122,10 +131,11 @@ static void free_world(world *w, int n) {
   free(w);
 }
 
-static fc_w2l *load(const char *device, int dtype, int max_batch, int *skipped) {
+static fc_w2l *load_ckpt(const char *ckpt, const char *device, int dtype, int max_batch,
+                         int *skipped) {
   fc_w2l_params p = {.device = device, .max_batch = max_batch, .dtype = dtype};
   int err = 0;
-  fc_w2l *m = fc_w2l_load(CKPT, &p, &err);
+  fc_w2l *m = fc_w2l_load(ckpt, &p, &err);
   *skipped = 0;
   if (!m && err == FC_EUNSUPPORTED && strncmp(device, "cuda", 4) == 0) {
     fprintf(stderr, "  skipped: %s\n", fc_error_detail(err));
@@ -136,12 +146,18 @@ static fc_w2l *load(const char *device, int dtype, int max_batch, int *skipped) 
   return m;
 }
 
+static fc_w2l *load(const char *device, int dtype, int max_batch, int *skipped) {
+  return load_ckpt(CKPT, device, dtype, max_batch, skipped);
+}
+
 /* ---- host path ---- */
 
-static void test_host_by_hand(void) {
+static void host_by_hand(const char *ckpt, int want_side) {
   int skipped;
-  fc_w2l *m = load("cpu", FC_W2L_FP32, 8, &skipped);
+  fc_w2l *m = load_ckpt(ckpt, "cpu", FC_W2L_FP32, 8, &skipped);
   FC_REQUIRE(m);
+  const int S = fc_w2l_face_size(m);
+  FC_CHECK_INT(S, ==, want_side);
   const int n = 11; /* two batches of 8 and 3 */
   world *w = make_world(n, 5, 1000);
   FC_REQUIRE(fc_w2l_composite(m, w->jobs, n, fill_bg, w) == 0);
@@ -149,17 +165,19 @@ static void test_host_by_hand(void) {
   for (int k = 0; k < n; k++) once &= w->calls[k] == 1;
   FC_CHECK(once);
   /* by hand: crops, the byte path, the blend */
-  static uint8_t crops[MAXJ][96 * 96 * 3], net[MAXJ][96 * 96 * 3];
+  const size_t cs = (size_t)3 * S * S;
+  uint8_t *crops = malloc(n * cs), *net = malloc(n * cs);
+  FC_REQUIRE(crops && net);
   static float mel[MAXJ][MEL];
   for (int k = 0; k < n; k++) {
     const fc_w2l_job *j = &w->jobs[k];
-    for (int y = 0; y < 96; y++)
-      for (int x = 0; x < 96; x++)
-        w2l_crop_px(j->rgb, j->rgb_stride, j->box_w, j->box_h, x, y, crops[k] + 3 * (y * 96 + x));
+    for (int y = 0; y < S; y++)
+      for (int x = 0; x < S; x++)
+        w2l_crop_px(j->rgb, j->rgb_stride, j->box_w, j->box_h, S, x, y, crops + k * cs + 3 * (y * S + x));
     memcpy(mel[k], j->mel, sizeof mel[k]);
   }
-  FC_REQUIRE(fc_w2l_infer_u8(m, mel[0], crops[0], net[0], 8) == 0);
-  FC_REQUIRE(fc_w2l_infer_u8(m, mel[8], crops[8], net[8], 3) == 0);
+  FC_REQUIRE(fc_w2l_infer_u8(m, mel[0], crops, net, 8) == 0);
+  FC_REQUIRE(fc_w2l_infer_u8(m, mel[8], crops + 8 * cs, net + 8 * cs, 3) == 0);
   int same = 1, top_kept = 1, changed = 0;
   for (int k = 0; k < n; k++) {
     const fc_w2l_job *j = &w->jobs[k];
@@ -167,7 +185,7 @@ static void test_host_by_hand(void) {
     uint8_t *want = malloc(nb);
     for (int by = 0; by < (j->box_h - j->y0) / 2; by++)
       for (int bx = 0; bx < j->box_w / 2; bx++)
-        w2l_paste_block(net[k], j->box_w, j->box_h, j->y0, bx, by, w->bg[k], want);
+        w2l_paste_block(net + k * cs, S, j->box_w, j->box_h, j->y0, bx, by, w->bg[k], want);
     same &= memcmp(want, j->out, nb) == 0;
     /* rows whose centre lies above 45 % of the box keep the background */
     for (int y = 0; y < j->box_h - j->y0; y++)
@@ -185,9 +203,13 @@ static void test_host_by_hand(void) {
   FC_REQUIRE(fc_w2l_composite(m, w->jobs, n, fill_bg, w) == 0);
   FC_CHECK(memcmp(first, w->jobs[3].out, rect_bytes(&w->jobs[3])) == 0);
   free(first);
+  free(crops), free(net);
   free_world(w, n);
   fc_w2l_destroy(m);
 }
+
+static void test_host_by_hand(void) { host_by_hand(CKPT, 96); }
+static void test_host_by_hand_256(void) { host_by_hand(CKPT256, 256); }
 
 static void test_bad_jobs(void) {
   int skipped;
@@ -240,10 +262,7 @@ static int photo_and_backend(fc_avatar **av, fc_lipsync **ls) {
 
 /* The "wav2lip" lip-sync backend on a photo avatar: finished I420 patches that the compositor
  * copies; the frame outside the patch rect is the avatar's to the byte. */
-static void test_backend_photo(void) {
-  fc_avatar *av;
-  fc_lipsync *ls;
-  FC_REQUIRE(photo_and_backend(&av, &ls));
+static void backend_photo(fc_avatar *av, fc_lipsync *ls) {
   size_t cap = fc_lipsync_patch_capacity(ls, av);
   FC_REQUIRE(cap > 0);
   static float mel[3][MEL];
@@ -285,6 +304,27 @@ static void test_backend_photo(void) {
   FC_CHECK(coutside == 0);
   for (int k = 0; k < 3; k++) free(pt[k].rgb), free(pt[k].alpha);
   free(plain), free(comp), free(scratch);
+}
+
+static void test_backend_photo(void) {
+  fc_avatar *av;
+  fc_lipsync *ls;
+  FC_REQUIRE(photo_and_backend(&av, &ls));
+  backend_photo(av, ls);
+}
+
+/* The same with a wav2lip256 checkpoint: the backend takes the face side from the file. */
+static void test_backend_photo_256(void) {
+  fc_avatar *av;
+  fc_lipsync *ls;
+  FC_REQUIRE(photo_and_backend(&av, &ls));
+  fc_lipsync_params lp = {.model = "wav2lip", .checkpoint = CKPT256, .device = "cpu"};
+  int err = 0;
+  fc_lipsync *ls256 = fc_lipsync_create(&lp, &err);
+  if (!ls256) fprintf(stderr, "  %s\n", fc_error_detail(err));
+  FC_REQUIRE(ls256);
+  backend_photo(av, ls256);
+  fc_lipsync_destroy(ls256);
 }
 
 /* A stream on a neural backend: at rest the photo as it is (the backend draws only from
@@ -345,13 +385,14 @@ static void compare(const world *a, const world *b, int n, int tol, double min_e
   FC_CHECK((double)equal / total >= min_equal);
 }
 
-static void cuda_case(int dtype) {
+static void cuda_case(const char *ckpt, int dtype) {
   int skipped;
-  fc_w2l *g = load("cuda", dtype, 64, &skipped);
+  fc_w2l *g = load_ckpt(ckpt, "cuda", dtype, 64, &skipped);
   if (skipped) return;
   FC_REQUIRE(g);
-  fc_w2l *c = load("cpu", FC_W2L_FP32, 16, &skipped);
+  fc_w2l *c = load_ckpt(ckpt, "cpu", FC_W2L_FP32, 16, &skipped);
   FC_REQUIRE(c);
+  FC_CHECK_INT(fc_w2l_face_size(g), ==, fc_w2l_face_size(c));
   const int n = 100; /* 64 + 36 (run as 64) */
   world *wg = make_world(n, 23, 5000), *wc = make_world(n, 23, 5000);
   FC_REQUIRE(fc_w2l_composite(c, wc->jobs, n, fill_bg, wc) == 0);
@@ -371,8 +412,12 @@ static void cuda_case(int dtype) {
   fc_w2l_destroy(g);
 }
 
-static void test_cuda_fp32(void) { cuda_case(FC_W2L_FP32); }
-static void test_cuda_fp16(void) { cuda_case(FC_W2L_FP16); }
+static void test_cuda_fp32(void) { cuda_case(CKPT, FC_W2L_FP32); }
+static void test_cuda_fp16(void) { cuda_case(CKPT, FC_W2L_FP16); }
+/* the 256 model: crops and patches at 256 on the device (tolerances of the 96 net, not yet
+ * measured on a GPU for this one) */
+static void test_cuda256_fp32(void) { cuda_case(CKPT256, FC_W2L_FP32); }
+static void test_cuda256_fp16(void) { cuda_case(CKPT256, FC_W2L_FP16); }
 
 /* More keys than the device cache's table holds (8,192): it is dropped and refilled, and the
  * bytes stay right. */
@@ -408,11 +453,15 @@ static void test_cuda_cache_overflow(void) {
 int main(void) {
   FC_RUN(test_math);
   FC_RUN(test_host_by_hand);
+  FC_RUN(test_host_by_hand_256);
   FC_RUN(test_bad_jobs);
   FC_RUN(test_backend_photo);
+  FC_RUN(test_backend_photo_256);
   FC_RUN(test_stream_neural);
   FC_RUN(test_cuda_fp32);
   FC_RUN(test_cuda_fp16);
+  FC_RUN(test_cuda256_fp32);
+  FC_RUN(test_cuda256_fp16);
   FC_RUN(test_cuda_cache_overflow);
   fc_lipsync_destroy(g_ls);
   fc_avatar_destroy(g_av);

@@ -10,7 +10,15 @@
  * a non-Wav2Lip checkpoint, bad arguments, and the CLI end to end (`facecast wav2lip infer`).
  * Then "cuda" (cuDNN) at fp32 (within 1e-3 of out.npy) and fp16 (3e-2), batches 1..128 from
  * tiled fixture samples; skipped (and passing) without a GPU or without CUDA in the build.
- * W2L_FULL_DIR=DIR adds the full-width network on cuda (see test_cuda_full). */
+ * W2L_FULL_DIR=DIR adds the full-width network on cuda (see test_cuda_full).
+ *
+ * wav2lip256 (tests/data/wav2lip256/, tools/gen_wav2lip256_golden.py): a width-64 network of
+ * the 256×256 variant (55 convs) in both torch formats, {"state_dict": {"module." + key}} as
+ * LiveTalking stores it; inputs made here by the generator's formulas. cpu-ref against the
+ * PyTorch float64 golden (a uint16 subsample of sample 0's output), "cpu" against cpu-ref on the
+ * whole output (both within 1e-4), the taps, the byte path, broken copies (a block-7 tensor
+ * missing, a block-7 kernel 3×3 instead of 4×4: FC_EFORMAT naming them), the CLI on 256 faces,
+ * and "cuda" fp32 / fp16 against cpu-ref (skipped without a GPU). */
 #include "modelfile/checkpoint.h"
 #include "facecast/error.h"
 #include "modelfile/npy.h"
@@ -103,12 +111,13 @@ static void test_parity_zip_ref(void) { parity_case(W2L_DIR "/ckpt_zip.pth", "cp
 typedef struct tap_ctx {
   int compared, failed;
   double worst;
+  const char *dir; /* the goldens' directory; NULL: the 96 fixture's */
 } tap_ctx;
 
 static void on_tap(const char *name, const float *nhwc, int n, int h, int w, int c, void *user) {
   tap_ctx *t = user;
   char path[256];
-  snprintf(path, sizeof path, W2L_DIR "/act_%s.npy", name);
+  snprintf(path, sizeof path, "%s/act_%s.npy", t->dir ? t->dir : W2L_DIR, name);
   struct stat sb;
   if (stat(path, &sb) != 0) return; /* not every tap has a golden */
   arr a;
@@ -159,12 +168,13 @@ static void test_taps_ref(void) { taps_case("cpu-ref"); }
 
 /* ---- checkpoints re-saved as safetensors, intact and broken ---- */
 
-enum { ST_INTACT, ST_DROP, ST_EXTRA, ST_BADSHAPE, ST_BADKERNEL };
+enum { ST_INTACT, ST_DROP, ST_EXTRA, ST_BADSHAPE, ST_BADKERNEL, ST_DROP7, ST_BADK7 };
 
-/* Writes the fixture's tensors as a float32 safetensors file, altered per mode. */
-static int write_safetensors(const char *path, int mode) {
+/* Writes the tensors of checkpoint src as a float32 safetensors file, altered per mode (the
+ * *7 modes: the 256 model's block 7 loses a tensor / gets a 3x3 kernel instead of 4x4). */
+static int write_safetensors_from(const char *src, const char *path, int mode) {
   int err;
-  fc_checkpoint *ck = fc_checkpoint_load(W2L_DIR "/ckpt_zip.pth", &err);
+  fc_checkpoint *ck = fc_checkpoint_load(src, &err);
   if (!ck) return err;
   int n = fc_checkpoint_count(ck);
   size_t hcap = 1 << 16, hlen = 0, off = 0, dcap = 0;
@@ -178,6 +188,8 @@ static int write_safetensors(const char *path, int mode) {
       const fc_tensor_info *ti = fc_checkpoint_info(ck, i);
       if (mode == ST_DROP && strcmp(ti->name, "face_decoder_blocks.3.1.conv_block.1.running_var") == 0)
         continue;
+      if (mode == ST_DROP7 && strcmp(ti->name, "face_encoder_blocks.7.1.conv_block.0.bias") == 0)
+        continue;
       int64_t shape[FC_TENSOR_MAX_DIMS];
       int nd = ti->ndim;
       memcpy(shape, ti->shape, sizeof shape);
@@ -186,6 +198,8 @@ static int write_safetensors(const char *path, int mode) {
         shape[0]++, stored++;
       if (mode == ST_BADKERNEL && strcmp(ti->name, "face_encoder_blocks.0.0.conv_block.0.weight") == 0)
         shape[2] = shape[3] = 5, stored = (size_t)(shape[0] * shape[1] * 25);
+      if (mode == ST_BADK7 && strcmp(ti->name, "face_encoder_blocks.7.0.conv_block.0.weight") == 0)
+        shape[2] = shape[3] = 3, stored = (size_t)(shape[0] * shape[1] * 9);
       if (pass == 1 && numel && stored == numel)
         fc_checkpoint_read_f32(ck, i, data + off, numel);
       hlen += (size_t)snprintf(hdr + hlen, hcap - hlen, "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[",
@@ -215,6 +229,10 @@ static int write_safetensors(const char *path, int mode) {
   free(data);
   fc_checkpoint_destroy(ck);
   return ok ? 0 : FC_EIO;
+}
+
+static int write_safetensors(const char *path, int mode) {
+  return write_safetensors_from(W2L_DIR "/ckpt_zip.pth", path, mode);
 }
 
 static char g_tmp[256];
@@ -433,9 +451,9 @@ static void faces_from_crops(const unsigned char *crops, float *faces, int n) {
       }
 }
 
-/* Largest |o8 - round(255 · out)| with out NCHW BGR floats and o8 RGB bytes. */
-static int max_byte_diff(const unsigned char *o8, const float *out, int n) {
-  const int P = 96 * 96;
+/* Largest |o8 - round(255 · out)| with out NCHW BGR floats and o8 RGB bytes, side × side. */
+static int max_byte_diff_n(const unsigned char *o8, const float *out, int n, int side) {
+  const int P = side * side;
   int worst = 0;
   for (int k = 0; k < n; k++)
     for (int i = 0; i < P; i++)
@@ -445,6 +463,10 @@ static int max_byte_diff(const unsigned char *o8, const float *out, int n) {
         worst = d > worst ? d : worst;
       }
   return worst;
+}
+
+static int max_byte_diff(const unsigned char *o8, const float *out, int n) {
+  return max_byte_diff_n(o8, out, n, 96);
 }
 
 static void test_u8_cpu(void) {
@@ -477,6 +499,250 @@ static void test_u8_cpu(void) {
   FC_CHECK_INT(fc_w2l_device_memory(m, &fr, &tot), ==, FC_EUNSUPPORTED);
   free(crops), free(o8), free(o8b), free(faces), free(out);
   fc_w2l_destroy(m);
+}
+
+/* ---- wav2lip256: the 256x256 variant ---- */
+
+/* The width-64 v2 fixture (tools/gen_wav2lip256_golden.py): its inputs are not stored but made
+ * by the formulas below (the generator's fixture_crops / fixture_mel, repeated exactly); the
+ * golden is sample 0's output on the odd rows and columns as uint16 (out * 65535). */
+#define W256_DIR FC_TEST_DATA_DIR "/wav2lip256"
+#define S256 256
+#define P256 (S256 * S256)
+#define N256 2
+
+static unsigned char *g_crops256; /* [N256][256][256][3] RGB */
+static float *g_mel256, *g_faces256, *g_ref256; /* g_ref256: cpu-ref's output, both samples */
+
+static void fixture_crops256(unsigned char *crops, int batch) {
+  for (int n = 0; n < batch; n++)
+    for (int y = 0; y < S256; y++)
+      for (int x = 0; x < S256; x++)
+        for (int c = 0; c < 3; c++) {
+          uint32_t h = (uint32_t)(x * 73 + y * 151 + c * 199 + n * 37) * 2654435761u;
+          crops[(((size_t)n * S256 + y) * S256 + x) * 3 + c] =
+              (unsigned char)((x / 2 + y / 3 + 70 * c + 23 * n + (int)(h >> 28)) & 255);
+        }
+}
+
+/* The network input from RGB crops, as fc_w2l_infer_u8 builds it and LiveTalking feeds it. */
+static void faces_from_crops_n(const unsigned char *crops, float *faces, int n, int side) {
+  const int P = side * side;
+  for (int k = 0; k < n; k++)
+    for (int i = 0; i < P; i++)
+      for (int c = 0; c < 3; c++) {
+        float v = crops[((size_t)k * P + i) * 3 + (2 - c)] / 255.0f;
+        faces[((size_t)k * 6 + 3 + c) * P + i] = v;
+        faces[((size_t)k * 6 + c) * P + i] = i / side < side / 2 ? v : 0.0f;
+      }
+}
+
+static int load_inputs256(void) {
+  if (g_faces256) return 0;
+  arr mel;
+  if (load_arr(W256_DIR "/mel.npy", &mel) || mel.n != (size_t)N256 * 80 * 16) return -1;
+  /* the generator's formula, checked against the stored copy */
+  for (int n = 0; n < N256; n++)
+    for (int y = 0; y < 80; y++)
+      for (int x = 0; x < 16; x++) {
+        float v = (float)((y * y + 3 * x * y + 5 * x + 11 * n) % 65) / 8.0f - 4.0f;
+        if (mel.d[((size_t)n * 80 + y) * 16 + x] != v) {
+          fprintf(stderr, "  mel.npy differs from the formula at %d,%d,%d\n", n, y, x);
+          free(mel.d);
+          return -1;
+        }
+      }
+  g_mel256 = mel.d;
+  g_crops256 = malloc((size_t)N256 * P256 * 3);
+  g_faces256 = malloc((size_t)N256 * 6 * P256 * sizeof(float));
+  if (!g_crops256 || !g_faces256) return -1;
+  fixture_crops256(g_crops256, N256);
+  faces_from_crops_n(g_crops256, g_faces256, N256, S256);
+  return 0;
+}
+
+/* Max |out sample 0 - golden| on the odd rows and columns; -1 if the golden is unreadable. */
+static double golden256_err(const float *out) {
+  arr g;
+  if (load_arr(W256_DIR "/out_sub.npy", &g) || g.ndim != 4 || g.shape[1] != 3 ||
+      g.shape[2] != S256 / 2 || g.shape[3] != S256 / 2) {
+    free(g.d);
+    return -1;
+  }
+  double e = 0;
+  for (int c = 0; c < 3; c++)
+    for (int y = 0; y < S256 / 2; y++)
+      for (int x = 0; x < S256 / 2; x++) {
+        double want = g.d[((size_t)c * (S256 / 2) + y) * (S256 / 2) + x] / 65535.0;
+        double d = fabs(out[(size_t)c * P256 + (size_t)(2 * y + 1) * S256 + 2 * x + 1] - want);
+        if (!(d <= e)) e = d;
+      }
+  free(g.d);
+  return e;
+}
+
+static fc_w2l *load256(const char *ckpt, const char *device, int max_batch) {
+  fc_w2l_params p = {.device = device, .max_batch = max_batch};
+  int err = -1;
+  fc_w2l *m = fc_w2l_load(ckpt, &p, &err);
+  if (!m) fprintf(stderr, "  load %s on %s: %s\n", ckpt, device, fc_error_detail(err));
+  return m;
+}
+
+/* cpu-ref against the PyTorch float64 golden (the quantised subsample: 7.7e-6 of rounding), and
+ * batch 1 against batch 2; the full output is kept for the other devices. */
+static void test_v256_ref(void) {
+  FC_REQUIRE(load_inputs256() == 0);
+  fc_w2l *m = load256(W256_DIR "/ckpt_legacy.pth", "cpu-ref", N256);
+  FC_REQUIRE(m);
+  FC_CHECK_INT(fc_w2l_face_size(m), ==, 256);
+  const size_t per = (size_t)3 * P256;
+  g_ref256 = malloc(N256 * per * sizeof(float));
+  float *one = malloc(per * sizeof(float));
+  FC_REQUIRE(g_ref256 && one);
+  FC_REQUIRE(fc_w2l_infer(m, g_mel256, g_faces256, g_ref256, N256) == FC_OK);
+  double e = golden256_err(g_ref256);
+  FC_REQUIRE(fc_w2l_infer(m, g_mel256 + 80 * 16, g_faces256 + (size_t)6 * P256, one, 1) == FC_OK);
+  double e1 = max_abs_diff(one, g_ref256 + per, per);
+  fprintf(stderr, "  cpu-ref 256: max|out - golden| %.3g, batch 1 vs batch 2 (sample 1) %.3g\n", e, e1);
+  FC_CHECK(e >= 0 && e <= TOL);
+  FC_CHECK(e1 <= 1e-6);
+  /* the two samples differ (the inputs reach the output) */
+  FC_CHECK(max_abs_diff(g_ref256, g_ref256 + per, per) > 0.05);
+  free(one);
+  fc_w2l_destroy(m);
+}
+
+/* "cpu" (oneDNN) against cpu-ref on the whole output, and against the golden; both torch
+ * formats, each {"state_dict": {"module." + key}} as LiveTalking's file. */
+static void v256_cpu_case(const char *ckpt) {
+  FC_REQUIRE(load_inputs256() == 0 && g_ref256);
+  fc_w2l *m = load256(ckpt, "cpu", N256);
+  FC_REQUIRE(m);
+  FC_CHECK_INT(fc_w2l_face_size(m), ==, 256);
+  const size_t per = (size_t)3 * P256;
+  float *out = malloc(N256 * per * sizeof(float));
+  FC_REQUIRE(out);
+  double worst = 0, eg = 1;
+  for (int call = 0; call < 2; call++) { /* a fresh plan, then the kept one */
+    memset(out, 0xff, N256 * per * sizeof(float));
+    FC_REQUIRE(fc_w2l_infer(m, g_mel256, g_faces256, out, N256) == FC_OK);
+    double e = max_abs_diff(out, g_ref256, N256 * per);
+    worst = e > worst ? e : worst;
+    eg = golden256_err(out);
+  }
+  FC_REQUIRE(fc_w2l_infer(m, g_mel256, g_faces256, out, 1) == FC_OK); /* batch 1 */
+  double e1 = max_abs_diff(out, g_ref256, per);
+  fprintf(stderr, "  cpu 256 %s: max|cpu - cpu-ref| %.3g (batch 1: %.3g), vs golden %.3g\n",
+          strrchr(ckpt, '/') + 1, worst, e1, eg);
+  FC_CHECK(worst <= TOL);
+  FC_CHECK(e1 <= TOL);
+  FC_CHECK(eg >= 0 && eg <= TOL);
+  free(out);
+  fc_w2l_destroy(m);
+}
+
+static void test_v256_cpu_zip(void) { v256_cpu_case(W256_DIR "/ckpt_zip.pth"); }
+static void test_v256_cpu_legacy(void) { v256_cpu_case(W256_DIR "/ckpt_legacy.pth"); }
+
+/* The layer taps against act_*.npy of the v2 fixture. */
+static void test_v256_taps(void) {
+  FC_REQUIRE(load_inputs256() == 0);
+  fc_w2l *m = load256(W256_DIR "/ckpt_zip.pth", "cpu", 1);
+  FC_REQUIRE(m);
+  float *out = malloc((size_t)3 * P256 * sizeof(float));
+  tap_ctx t = {.dir = W256_DIR};
+  FC_CHECK_INT(fc_w2l_infer_tap(m, g_mel256, g_faces256, out, 1, on_tap, &t), ==, FC_OK);
+  fprintf(stderr, "  cpu 256: %d taps compared, worst relative error %.3g\n", t.compared, t.worst);
+  FC_CHECK_INT(t.compared, ==, 9); /* audio_emb, face_f4..7, dec0..3_out */
+  FC_CHECK_INT(t.failed, ==, 0);
+  FC_CHECK_INT(fc_w2l_macs_per_frame(m), ==, 56713344); /* meta.json macs_per_frame */
+  free(out);
+  fc_w2l_destroy(m);
+}
+
+/* The byte path at 256: crops in, bytes out, against the float path on the same input. */
+static void test_v256_u8(void) {
+  FC_REQUIRE(load_inputs256() == 0 && g_ref256);
+  fc_w2l *m = load256(W256_DIR "/ckpt_zip.pth", "cpu", N256);
+  FC_REQUIRE(m);
+  const size_t per = (size_t)3 * P256;
+  unsigned char *o8 = malloc(N256 * per);
+  FC_REQUIRE(o8);
+  FC_CHECK_INT(fc_w2l_infer_u8(m, g_mel256, g_crops256, o8, N256), ==, FC_OK);
+  int d = max_byte_diff_n(o8, g_ref256, N256, S256);
+  fprintf(stderr, "  cpu 256 bytes vs cpu-ref floats: max diff %d\n", d);
+  FC_CHECK_INT(d, <=, 1);
+  free(o8);
+  fc_w2l_destroy(m);
+}
+
+/* Broken v2 files: still detected as the 256 model, and the detail says what is wrong. */
+static void test_v256_broken(void) {
+  FC_REQUIRE(tmpdir()[0]);
+  char path[512];
+  snprintf(path, sizeof path, "%s/w2l256.safetensors", tmpdir());
+  static const struct { int mode; const char *want; } bad[] = {
+      {ST_INTACT, NULL},
+      {ST_DROP7, "does not look like Wav2Lip 256x256 (it has face_encoder_blocks.7.0.conv_block.0.weight): "
+                 "missing face_encoder_blocks.7.1.conv_block.0.bias"},
+      {ST_BADK7, "does not look like Wav2Lip 256x256 (it has face_encoder_blocks.7.0.conv_block.0.weight): "
+                 "shape mismatch: face_encoder_blocks.7.0.conv_block.0.weight is [8,8,3,3], expected "
+                 "[8,8,4,4]"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    FC_REQUIRE(write_safetensors_from(W256_DIR "/ckpt_zip.pth", path, bad[i].mode) == 0);
+    fc_w2l_params p = {.device = "cpu-ref", .max_batch = 1};
+    int err = 0;
+    fc_w2l *m = fc_w2l_load(path, &p, &err);
+    if (!bad[i].want) { /* the intact copy loads, as the 256 model */
+      FC_CHECK(m != NULL && fc_w2l_face_size(m) == 256);
+      fc_w2l_destroy(m);
+      continue;
+    }
+    FC_CHECK(m == NULL);
+    FC_CHECK_INT(err, ==, FC_EFORMAT);
+    const char *d = fc_error_detail(err);
+    fprintf(stderr, "  broken 256 copy %d: %s\n", bad[i].mode, d);
+    FC_CHECK(strstr(d, bad[i].want) != NULL);
+    FC_CHECK(strchr(d, '\n') == NULL);
+    fc_w2l_destroy(m);
+  }
+  unlink(path);
+}
+
+/* facecast wav2lip infer on 256 faces: the output file matches cpu-ref; 96 faces given to the
+ * 256 checkpoint (and 256 faces to the 96 one) are refused with exit 2. */
+static void test_v256_cli(void) {
+  FC_REQUIRE(load_inputs256() == 0 && g_ref256 && tmpdir()[0]);
+  char facesp[512], melp[512], outp[512], args[2048];
+  snprintf(facesp, sizeof facesp, "%s/faces256.npy", tmpdir());
+  snprintf(melp, sizeof melp, "%s/mel256.npy", tmpdir());
+  snprintf(outp, sizeof outp, "%s/out256.npy", tmpdir());
+  int64_t fs[4] = {N256, 6, S256, S256}, ms[4] = {N256, 1, 80, 16};
+  FC_REQUIRE(fc_npy_write_f32(facesp, g_faces256, fs, 4) == 0);
+  FC_REQUIRE(fc_npy_write_f32(melp, g_mel256, ms, 4) == 0);
+  snprintf(args, sizeof args, "infer --checkpoint " W256_DIR "/ckpt_zip.pth --mel %s --faces %s --out %s --max-batch 1",
+           melp, facesp, outp);
+  FC_CHECK_INT(run_cli(args), ==, 0);
+  arr o;
+  FC_REQUIRE(load_arr(outp, &o) == 0);
+  FC_CHECK(o.ndim == 4 && o.shape[0] == N256 && o.shape[1] == 3 && o.shape[2] == S256 && o.shape[3] == S256);
+  double e = o.n == (size_t)N256 * 3 * P256 ? max_abs_diff(o.d, g_ref256, o.n) : 1;
+  fprintf(stderr, "  cli 256: max|out - cpu-ref| %.3g\n", e);
+  FC_CHECK(e <= TOL);
+  free(o.d);
+  unlink(outp);
+  snprintf(args, sizeof args, "infer --checkpoint " W2L_DIR "/ckpt_zip.pth --mel %s --faces %s --out %s",
+           melp, facesp, outp);
+  FC_CHECK_INT(run_cli(args), ==, 2);
+  FC_CHECK(access(outp, F_OK) != 0);
+  snprintf(args, sizeof args, "infer --checkpoint " W256_DIR "/ckpt_zip.pth --mel " W2L_DIR
+           "/mel.npy --faces " W2L_DIR "/faces.npy --out %s", outp);
+  FC_CHECK_INT(run_cli(args), ==, 2);
+  FC_CHECK(access(outp, F_OK) != 0);
+  unlink(facesp);
+  unlink(melp);
 }
 
 /* ---- CUDA ("cuda", cuDNN) ---- */
@@ -576,6 +842,59 @@ static void cuda_case(int dtype) {
   fc_w2l_destroy(m);
 }
 
+/* The 256 model on cuda: batches 1, 2, 7, 16 (the fixture's two samples tiled) against cpu-ref's
+ * output (test_v256_ref), three calls each (eager, capture, replay), then the byte path against
+ * the float path. Tolerances as for the 96 fixture; not yet measured on a GPU for this net. */
+static void cuda256_case(int dtype) {
+  FC_REQUIRE(load_inputs256() == 0 && g_ref256);
+  int skipped;
+  enum { MB = 16 };
+  fc_w2l *m = load_cuda(W256_DIR "/ckpt_zip.pth", dtype, MB, &skipped);
+  if (skipped) return;
+  FC_REQUIRE(m);
+  FC_CHECK_INT(fc_w2l_face_size(m), ==, 256);
+  const double tol = dtype == FC_W2L_FP16 ? 3e-2 : 1e-3;
+  const size_t per = (size_t)3 * P256, perf = (size_t)6 * P256;
+  float *mel = malloc(MB * 80 * 16 * sizeof(float)), *faces = malloc(MB * perf * sizeof(float));
+  float *out = malloc(MB * per * sizeof(float)), *want = malloc(MB * per * sizeof(float));
+  unsigned char *crops = malloc(MB * per), *o8 = malloc(MB * per);
+  FC_REQUIRE(mel && faces && out && want && crops && o8);
+  for (int i = 0; i < MB; i++) {
+    memcpy(mel + (size_t)i * 80 * 16, g_mel256 + (size_t)(i % N256) * 80 * 16, 80 * 16 * sizeof(float));
+    memcpy(faces + i * perf, g_faces256 + (i % N256) * perf, perf * sizeof(float));
+    memcpy(want + i * per, g_ref256 + (i % N256) * per, per * sizeof(float));
+    memcpy(crops + i * per, g_crops256 + (i % N256) * per, per);
+  }
+  static const int batches[] = {1, 2, 7, 16};
+  for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++) {
+    int n = batches[b];
+    double worst = 0;
+    for (int call = 0; call < 3; call++) {
+      memset(out, 0xff, (size_t)n * per * sizeof(float));
+      int err = fc_w2l_infer(m, mel, faces, out, n);
+      if (err) fprintf(stderr, "  infer batch %d: %s\n", n, fc_error_detail(err));
+      FC_CHECK_INT(err, ==, FC_OK);
+      double e = err ? 1 : max_abs_diff(out, want, (size_t)n * per);
+      worst = e > worst ? e : worst;
+    }
+    fprintf(stderr, "  cuda 256 %s batch %2d: max|out - cpu-ref| %.3g (3 calls)\n",
+            dtype_name(dtype), n, worst);
+    FC_CHECK(worst <= tol);
+  }
+  for (int call = 0; call < 3; call++) FC_CHECK_INT(fc_w2l_infer_u8(m, mel, crops, o8, MB), ==, FC_OK);
+  FC_CHECK_INT(fc_w2l_infer(m, mel, faces, out, MB), ==, FC_OK);
+  int d8 = max_byte_diff_n(o8, out, MB, S256);
+  fprintf(stderr, "  cuda 256 %s bytes vs floats: max diff %d\n", dtype_name(dtype), d8);
+  FC_CHECK_INT(d8, <=, 1);
+  FC_CHECK_INT(fc_w2l_run_resident(m, MB), ==, FC_OK);
+  FC_CHECK(fc_w2l_device_bytes(m) > 0);
+  free(mel), free(faces), free(out), free(want), free(crops), free(o8);
+  fc_w2l_destroy(m);
+}
+
+static void test_cuda256_fp32(void) { cuda256_case(FC_W2L_FP32); }
+static void test_cuda256_fp16(void) { cuda256_case(FC_W2L_FP16); }
+
 static void test_cuda_fp32(void) { cuda_case(FC_W2L_FP32); }
 static void test_cuda_fp16(void) { cuda_case(FC_W2L_FP16); }
 static void test_cuda_bf16(void) { cuda_case(FC_W2L_BF16); }
@@ -640,13 +959,23 @@ int main(void) {
   FC_RUN(test_bad_args);
   FC_RUN(test_cli);
   FC_RUN(test_u8_cpu);
+  FC_RUN(test_v256_ref);
+  FC_RUN(test_v256_cpu_zip);
+  FC_RUN(test_v256_cpu_legacy);
+  FC_RUN(test_v256_taps);
+  FC_RUN(test_v256_u8);
+  FC_RUN(test_v256_broken);
+  FC_RUN(test_v256_cli);
   FC_RUN(test_cuda_fp32);
   FC_RUN(test_cuda_fp16);
   FC_RUN(test_cuda_bf16);
+  FC_RUN(test_cuda256_fp32);
+  FC_RUN(test_cuda256_fp16);
   FC_RUN(test_cuda_full);
   free(g_mel.d);
   free(g_faces.d);
   free(g_out.d);
+  free(g_mel256), free(g_faces256), free(g_crops256), free(g_ref256);
   if (g_tmp[0]) fc_test_rmtree(g_tmp);
   FC_TEST_EXIT();
 }

@@ -279,6 +279,16 @@ def check(out):
     return ok
 
 
+def list_files(out):
+    """Prints each file of out with its size, and the total."""
+    total = 0
+    for fn in sorted(os.listdir(out)):
+        sz = os.path.getsize(os.path.join(out, fn))
+        total += sz
+        print(f"  {fn:28s} {sz:>12,}")
+    print(f"  {'total':28s} {total:>12,} bytes ({total / 2**20:.2f} MiB)")
+
+
 def summary(out, meta):
     print(f"parameters: width 1 = {W.Wav2Lip(1).num_params():,} (asserted == "
           f"{W.FULL_PARAM_COUNT:,}), width 16 = {W.Wav2Lip(16).num_params():,}; "
@@ -286,12 +296,7 @@ def summary(out, meta):
     macs1 = W.count_flops(W.Wav2Lip(1))[0]
     print(f"FLOP/frame: width 1 = {2 * macs1:,} ({2 * macs1 / 1e9:.3f} G; REFERENCE.md: 7.93 G), "
           f"this set = {meta['flop_per_frame']:,}")
-    total = 0
-    for fn in sorted(os.listdir(out)):
-        sz = os.path.getsize(os.path.join(out, fn))
-        total += sz
-        print(f"  {fn:28s} {sz:>12,}")
-    print(f"  {'total':28s} {total:>12,} bytes ({total / 2**20:.2f} MiB)")
+    list_files(out)
     s = meta["out_stats"]
     print(f"out: min {s['min']:.4f} max {s['max']:.4f} mean {s['mean']:.4f} std {s['std']:.4f} "
           f"max|out| {s['max_abs']:.4f}; logits(sample 0) max|.| "

@@ -12,7 +12,10 @@ output_block maps those skip channels back to the picture (sigmoid(6 x - 3), a m
 plus 3 % of the decoder's random, audio-dependent activations, so the mouth region changes
 from frame to frame with the sound like a generated one does.
 
-    make_bench_wav2lip.py OUT.pth [--seed N]
+    make_bench_wav2lip.py OUT.pth [--seed N] [--size 96|256]
+
+--size 256 makes the same for wav2lip256 (LiveTalking's 256x256 network; the same blocks at
+either end, so the same routing applies).
 """
 import argparse
 import os
@@ -35,8 +38,9 @@ def identity_bn(bn, channels):
         bn.running_var[channels] = 1.0 - bn.eps  # (x - 0) / sqrt(var + eps) = x
 
 
-def make(seed):
-    model = W.build(1, seed)
+def make(seed, size=96):
+    model = W.build(1, seed, size=size,
+                    calib_device="cuda" if size == 256 and torch.cuda.is_available() else None)
     rgb = [0, 1, 2]
     with torch.no_grad():
         first = model.face_encoder_blocks[0][0]
@@ -72,11 +76,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--size", type=int, default=96, choices=W.SIZES)
     a = ap.parse_args()
-    model = make(a.seed)
+    model = make(a.seed, a.size)
     W.save_checkpoint_zip(model, a.out)
     with torch.no_grad():  # a look at what it makes: a flat grey face stays grey
-        face = torch.full((1, 6, 96, 96), 0.5)
+        face = torch.full((1, 6, a.size, a.size), 0.5)
         out = model(torch.zeros(1, 1, 80, 16), face)
     print(f"{a.out}: output of a grey face: mean {out.mean().item():.3f}, "
           f"std {out.std().item():.4f}")

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""PyTorch reference of the Wav2Lip generator (96x96) for facecast's C port parity tests.
+"""PyTorch reference of the Wav2Lip generator (96x96, and the 256x256 "wav2lip256") for facecast's
+C port parity tests.
 
 Written from the architecture description in shared/REFERENCE.md ("Wav2Lip data contract" ->
 "Network" and the input/output bullets); no code was taken from the Wav2Lip repository.
@@ -62,6 +63,30 @@ max(2, c // w); the 6 face channels, 1 mel channel and 3 output channels stay. C
 widths are the sums of the scaled parts (so with w=16 the output conv sees 4+2 = 6 channels, not
 80//16 = 5). width=1 is the real network.
 
+wav2lip256 (Wav2Lip(size=256)): the 256x256 network LiveTalking serves as models/wav2lip.pth
+(its wav2lip_v2). Written here from the layer table in facecast's research notes (no code taken
+from LiveTalking); same blocks, audio encoder and output block, one more level each side:
+  face_encoder_blocks.0: 6->16 k7 s1 p3                                   f0 16 @256
+  face_encoder_blocks.1: 16->32 s2, 2x res32                              f1 32 @128
+  face_encoder_blocks.2: 32->64 s2, 3x res64                              f2 64 @64
+  face_encoder_blocks.3: 64->128 s2, 2x res128                            f3 128 @32
+  face_encoder_blocks.4: 128->256 s2, 2x res256                           f4 256 @16
+  face_encoder_blocks.5: 256->512 s2, 1x res512                           f5 512 @8
+  face_encoder_blocks.6: 512->512 s2, 1x res512                           f6 512 @4
+  face_encoder_blocks.7: 512->512 k4 s1 p0, 512->512 k1 p0                f7 512 @1
+  face_decoder_blocks.0: 512->512 k1 p0                         || f7 -> 1024 @1
+  face_decoder_blocks.1: ConvT 1024->512 k4 s1 p0, res512       || f6 -> 1024 @4
+  face_decoder_blocks.2: ConvT 1024->512 k3 s2 p1 op1, res512   || f5 -> 1024 @8
+  face_decoder_blocks.3: ConvT 1024->512 (same), 2x res512      || f4 -> 768 @16
+  face_decoder_blocks.4: ConvT 768->384, 2x res384              || f3 -> 512 @32
+  face_decoder_blocks.5: ConvT 512->256, 2x res256              || f2 -> 320 @64
+  face_decoder_blocks.6: ConvT 320->128, 2x res128              || f1 -> 160 @128
+  face_decoder_blocks.7: ConvT 160->64, 2x res64                || f0 -> 80 @256
+Inputs face [B,6,256,256] (rows 128..255 of channels 0..2 zero), output [B,3,256,256]. A
+checkpoint is this model's state dict (keys as above, "module." prefixed), wrapped in
+{"state_dict": ...}. Parameters (width 1): 53,605,683 (FULL_PARAM_COUNT_256); 380 state-dict
+tensors.
+
 Parameter count (asserted in Wav2Lip.__init__ for width=1): 36,298,035 = conv weights + conv
 biases + BatchNorm weight (gamma) + BatchNorm bias (beta), i.e. sum(p.numel() for p in
 model.parameters()) -- this is the count that matches REFERENCE.md. Running mean/var and
@@ -93,6 +118,8 @@ except ImportError:  # a pyenv python3 without torch first in PATH: use Debian's
     raise
 
 FULL_PARAM_COUNT = 36298035
+FULL_PARAM_COUNT_256 = 53605683
+SIZES = (96, 256)
 
 
 class Conv2d(nn.Module):
@@ -131,9 +158,12 @@ class Conv2dTranspose(nn.Module):
 
 
 class Wav2Lip(nn.Module):
-    def __init__(self, width=1, device=None):
+    def __init__(self, width=1, device=None, size=96):
         super().__init__()
+        assert size in SIZES, size
         self.width = width
+        self.size = size
+        big = size == 256  # one more encoder and decoder level
 
         def c(n):
             return max(2, n // width)
@@ -149,17 +179,17 @@ class Wav2Lip(nn.Module):
         def T(cin, cout, k, s, p, op=0):
             return Conv2dTranspose(cin, cout, k, s, p, op, **d)
 
-        # face encoder; f[k] = channels of skip k
-        f = [c(16), c(32), c(64), c(128), c(256), c(512), c(512)]
-        self.face_encoder_blocks = nn.ModuleList([
-            nn.Sequential(C(6, f[0], 7, 1, 3)),
-            nn.Sequential(C(f[0], f[1], 3, 2, 1), R(f[1]), R(f[1])),
-            nn.Sequential(C(f[1], f[2], 3, 2, 1), R(f[2]), R(f[2]), R(f[2])),
-            nn.Sequential(C(f[2], f[3], 3, 2, 1), R(f[3]), R(f[3])),
-            nn.Sequential(C(f[3], f[4], 3, 2, 1), R(f[4]), R(f[4])),
-            nn.Sequential(C(f[4], f[5], 3, 2, 1), R(f[5])),
-            nn.Sequential(C(f[5], f[6], 3, 1, 0), C(f[6], f[6], 1, 1, 0)),
-        ])
+        # face encoder; f[k] = channels of skip k. Blocks 1..: a stride-2 conv and residuals;
+        # the last block takes the remaining 3x3 (96) or 4x4 (256) to 1x1 with a k3/k4 p0 conv
+        f = [c(16), c(32), c(64), c(128), c(256), c(512), c(512)] + ([c(512)] if big else [])
+        nres = [0, 2, 3, 2, 2, 1, 1]
+        enc = [nn.Sequential(C(6, f[0], 7, 1, 3))]
+        for i in range(1, len(f) - 1):
+            enc.append(nn.Sequential(C(f[i - 1], f[i], 3, 2, 1), *[R(f[i]) for _ in range(nres[i])]))
+        last = len(f) - 1
+        enc.append(nn.Sequential(C(f[last - 1], f[last], 4 if big else 3, 1, 0),
+                                 C(f[last], f[last], 1, 1, 0)))
+        self.face_encoder_blocks = nn.ModuleList(enc)
 
         a32, a64, a128, a256, a512 = c(32), c(64), c(128), c(256), c(512)
         self.audio_encoder = nn.Sequential(
@@ -172,31 +202,36 @@ class Wav2Lip(nn.Module):
         )
 
         # decoder; out channels of each block, and the input = previous out + previous skip
-        dout = [c(512), c(512), c(512), c(384), c(256), c(128), c(64)]
-        din = [a512] + [dout[i - 1] + f[6 - (i - 1)] for i in range(1, 7)]
+        # (block i consumes skip f[n-1-i]). 256: block 1 is a k4 ConvT (1 -> 4) and an extra
+        # 512-channel level with one residual (4 -> 8) follows it.
+        n = len(f)
+        dout = [c(512), c(512)] + ([c(512)] if big else []) + [c(512), c(384), c(256), c(128), c(64)]
+        din = [a512] + [dout[i - 1] + f[n - i] for i in range(1, n)]
         blocks = [nn.Sequential(C(din[0], dout[0], 1, 1, 0)),
-                  nn.Sequential(T(din[1], dout[1], 3, 1, 0), R(dout[1]))]
-        for i, nres in zip(range(2, 7), (2, 2, 2, 2, 2)):
+                  nn.Sequential(T(din[1], dout[1], 4 if big else 3, 1, 0), R(dout[1]))]
+        for i in range(2, n):
+            nr = 1 if big and i == 2 else 2
             blocks.append(nn.Sequential(T(din[i], dout[i], 3, 2, 1, 1),
-                                        *[R(dout[i]) for _ in range(nres)]))
+                                        *[R(dout[i]) for _ in range(nr)]))
         self.face_decoder_blocks = nn.ModuleList(blocks)
 
-        out_in = dout[6] + f[0]
+        out_in = dout[-1] + f[0]
         self.output_block = nn.Sequential(
             C(out_in, c(32), 3, 1, 1),
             nn.Conv2d(c(32), 3, 1, 1, 0, device=device),
             nn.Sigmoid())
 
         if width == 1:
+            want = FULL_PARAM_COUNT_256 if big else FULL_PARAM_COUNT
             n = self.num_params()
-            assert n == FULL_PARAM_COUNT, f"width=1 has {n} parameters, expected {FULL_PARAM_COUNT}"
+            assert n == want, f"size {size} width=1 has {n} parameters, expected {want}"
 
     def num_params(self):
         # conv weight + bias, BN weight + bias; running stats are buffers, not counted
         return sum(p.numel() for p in self.parameters())
 
     def forward(self, audio, face, taps=None):
-        """audio [B,1,80,16], face [B,6,96,96] -> [B,3,96,96].
+        """audio [B,1,80,16], face [B,6,S,S] -> [B,3,S,S] (S = self.size).
         If taps is a dict, intermediate activations are stored in it (see TAP_NAMES)."""
         assert audio.dim() == 4 and face.dim() == 4 and audio.shape[0] == face.shape[0]
 
@@ -229,15 +264,23 @@ class Wav2Lip(nn.Module):
 # (face encoder block outputs = the skips); dec{i}_out (decoder block i output) and dec{i}_cat
 # (after concatenating the skip); out_conv0 (output_block.0, after its ReLU); logits (output of
 # the 32->3 conv, before the sigmoid).
-TAP_NAMES = (["audio_emb"] + [f"face_f{i}" for i in range(7)] +
-             [f"dec{i}_{s}" for i in range(7) for s in ("out", "cat")] + ["out_conv0", "logits"])
+def tap_names(size=96):
+    n = 8 if size == 256 else 7
+    return (["audio_emb"] + [f"face_f{i}" for i in range(n)] +
+            [f"dec{i}_{s}" for i in range(n) for s in ("out", "cat")] + ["out_conv0", "logits"])
 
 
-def random_inputs(batch, seed):
+TAP_NAMES = tap_names(96)
+
+
+def random_inputs(batch, seed, size=96):
     """Synthetic inputs that follow the data contract: mel [B,1,80,16] in [-4,4] (a smooth
-    random spectrogram-like field plus noise, clipped), faces [B,6,96,96] in [0,1] with rows
-    48..95 of channels 0..2 zero (masked) and channels 3..5 a different crop (the reference).
-    float64 CPU tensors (exactly representable in float32)."""
+    random spectrogram-like field plus noise, clipped), faces [B,6,S,S] in [0,1] with rows
+    S/2.. of channels 0..2 zero (masked) and channels 3..5 a different crop (the reference).
+    float64 CPU tensors (exactly representable in float32). S = size (96 or 256); blob radii
+    scale with it."""
+    S = size
+    k = S / 96.0
     g = torch.Generator().manual_seed(seed)
     f = torch.float64
     # mel: per-band level + slow time variation + noise, like a normalised log-mel
@@ -249,31 +292,31 @@ def random_inputs(batch, seed):
 
     # faces: smooth colour gradients + blobs + pixel noise, quantised to uint8/255 like frames
     def crop():
-        yy = torch.linspace(0, 1, 96, dtype=f).view(1, 96, 1)
-        xx = torch.linspace(0, 1, 96, dtype=f).view(1, 1, 96)
+        yy = torch.linspace(0, 1, S, dtype=f).view(1, S, 1)
+        xx = torch.linspace(0, 1, S, dtype=f).view(1, 1, S)
         a = torch.rand(3, 1, 1, generator=g, dtype=f)
         b = torch.rand(3, 1, 1, generator=g, dtype=f) - 0.5
         c = torch.rand(3, 1, 1, generator=g, dtype=f) - 0.5
         img = a + b * yy + c * xx
         for _ in range(4):
-            cy, cx = torch.rand(2, generator=g, dtype=f) * 96
-            r = 8 + 20 * torch.rand(1, generator=g, dtype=f)
+            cy, cx = torch.rand(2, generator=g, dtype=f) * S
+            r = (8 + 20 * torch.rand(1, generator=g, dtype=f)) * k
             amp = torch.rand(3, 1, 1, generator=g, dtype=f) - 0.5
-            d2 = ((torch.arange(96, dtype=f).view(96, 1) - cy) ** 2 +
-                  (torch.arange(96, dtype=f).view(1, 96) - cx) ** 2)
+            d2 = ((torch.arange(S, dtype=f).view(S, 1) - cy) ** 2 +
+                  (torch.arange(S, dtype=f).view(1, S) - cx) ** 2)
             img = img + amp * torch.exp(-d2 / (2 * r * r))
-        img = img + 0.05 * torch.randn(3, 96, 96, generator=g, dtype=f)
+        img = img + 0.05 * torch.randn(3, S, S, generator=g, dtype=f)
         return torch.round(img.clamp(0, 1) * 255) / 255
 
-    faces = torch.empty(batch, 6, 96, 96, dtype=f)
+    faces = torch.empty(batch, 6, S, S, dtype=f)
     for i in range(batch):
         faces[i, :3] = crop()
         faces[i, 3:] = crop()
-        faces[i, :3, 48:, :] = 0.0
+        faces[i, :3, S // 2:, :] = 0.0
     return mel, faces
 
 
-def randomize_(model, seed, calibrate=True):
+def randomize_(model, seed, calibrate=True, calib_device=None):
     """Deterministic random init (CPU, float32 values).
 
     Convs: PyTorch's default init (weight and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)), which
@@ -289,7 +332,10 @@ def randomize_(model, seed, calibrate=True):
     (8 samples from random_inputs(seed + 1000), float64) and then perturbed:
     running_mean = mean + std * U(-0.25, 0.25), running_var = max(var, 1e-4) * U(0.5, 1.5).
     They are still arbitrary per-channel values (means of either sign, variances from ~1e-3 to
-    ~1e2), so BN folding is exercised, and every layer's eval-mode output is O(1)."""
+    ~1e2), so BN folding is exercised, and every layer's eval-mode output is O(1).
+    calib_device: where the float64 calibration forward runs (default the CPU; "cuda" makes the
+    full-width 256 model's calibration take seconds instead of minutes, with values that may
+    differ from a CPU run in the last bits)."""
     g = torch.Generator().manual_seed(seed)
     bns = []
     with torch.no_grad():
@@ -316,7 +362,7 @@ def randomize_(model, seed, calibrate=True):
     # its running stats from its actual input before it normalises (eval mode throughout, so
     # every later layer sees exactly what it will see at inference with the final stats).
     import copy
-    m64 = copy.deepcopy(model).double().eval()
+    m64 = copy.deepcopy(model).double().eval().to(calib_device or "cpu")
     bn64 = [m for m in m64.modules() if isinstance(m, nn.BatchNorm2d)]
     assert len(bn64) == len(bns)
     idx = {id(b): i for i, b in enumerate(bn64)}
@@ -330,29 +376,29 @@ def randomize_(model, seed, calibrate=True):
         x = inp[0]
         mean = x.mean(dim=(0, 2, 3))
         var = x.var(dim=(0, 2, 3), unbiased=False)
-        dm, sv = pert[idx[id(mod)]]
+        dm, sv = (t.to(x.device) for t in pert[idx[id(mod)]])
         # round to float32 now so the float64 calibration forward sees the stored values
         mod.running_mean.copy_((mean + var.sqrt() * dm).float().double())
         mod.running_var.copy_((var.clamp_min(1e-4) * sv).float().double())
 
     hs = [b.register_forward_pre_hook(pre_hook) for b in bn64]
-    mel, faces = random_inputs(8, seed + 1000)
+    mel, faces = random_inputs(8, seed + 1000, model.size)
     with torch.no_grad():
-        m64(mel, faces)
+        m64(mel.to(calib_device or "cpu"), faces.to(calib_device or "cpu"))
     for h in hs:
         h.remove()
     with torch.no_grad():
         for b32, b64 in zip(bns, bn64):
-            b32.running_mean.copy_(b64.running_mean.float())
-            b32.running_var.copy_(b64.running_var.float())
+            b32.running_mean.copy_(b64.running_mean.float().cpu())
+            b32.running_var.copy_(b64.running_var.float().cpu())
     return model.eval()
 
 
-def build(width=1, seed=0):
-    return randomize_(Wav2Lip(width), seed).eval()
+def build(width=1, seed=0, size=96, calib_device=None):
+    return randomize_(Wav2Lip(width, size=size), seed, calib_device=calib_device).eval()
 
 
-def count_flops(model, audio_hw=(80, 16), face_hw=(96, 96)):
+def count_flops(model, audio_hw=(80, 16), face_hw=None):
     """Multiply-accumulates of every Conv2d / ConvTranspose2d for one frame, from the actual
     shapes (hooks on a batch-1 forward). Returns (macs, per-layer list)."""
     layers = []
@@ -372,6 +418,7 @@ def count_flops(model, audio_hw=(80, 16), face_hw=(96, 96)):
             m._fc_name = name
             hs.append(m.register_forward_hook(hook))
     p = next(model.parameters())
+    face_hw = face_hw or (model.size, model.size)
     was_training = model.training
     model.eval()
     with torch.no_grad():
@@ -418,23 +465,29 @@ def save_checkpoint_zip(model, path):
     torch.save(checkpoint_dict(model), path, _use_new_zipfile_serialization=True)
 
 
-def load_checkpoint(path, width=1):
-    """Load a Wav2Lip-style checkpoint (either format, "module." prefix optional) into a model."""
+def load_checkpoint(path, width=1, size=None):
+    """Load a Wav2Lip-style checkpoint (either format, "module." prefix optional) into a model;
+    size None: 256 when the file has face_encoder_blocks.7 (as facecast decides), else 96."""
     ck = torch.load(path, map_location="cpu")
     sd = ck["state_dict"] if "state_dict" in ck else ck
     sd = {(k[len("module."):] if k.startswith("module.") else k): v for k, v in sd.items()}
-    m = Wav2Lip(width)
+    if size is None:
+        size = 256 if KEY_256 in sd else 96
+    m = Wav2Lip(width, size=size)
     m.load_state_dict(sd, strict=True)
     return m.eval()
 
 
-def key_list(width=1):
+KEY_256 = "face_encoder_blocks.7.0.conv_block.0.weight"  # present only in the 256 model
+
+
+def key_list(width=1, size=96):
     """[(key, shape, dtype)] of the state dict (no "module." prefix), built on the meta device
     so no weights are allocated."""
     try:
-        m = Wav2Lip(width, device="meta")
+        m = Wav2Lip(width, device="meta", size=size)
     except (TypeError, RuntimeError, NotImplementedError):
-        m = Wav2Lip(width)
+        m = Wav2Lip(width, size=size)
     return [(k, tuple(v.shape), str(v.dtype).replace("torch.", "")) for k, v in m.state_dict().items()]
 
 
@@ -442,14 +495,15 @@ def _main():
     import argparse
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--width", type=int, default=1)
+    ap.add_argument("--size", type=int, default=96, choices=SIZES, help="96, or 256 (wav2lip256)")
     ap.add_argument("--flops", action="store_true", help="print per-layer conv MACs")
     a = ap.parse_args()
-    m = Wav2Lip(a.width).eval()
+    m = Wav2Lip(a.width, size=a.size).eval()
     macs, layers = count_flops(m)
     if a.flops:
         for name, ishape, oshape, mc in layers:
             print(f"{name:50s} {str(ishape):18s} -> {str(oshape):18s} {mc * 2 / 1e6:10.2f} MFLOP")
-    print(f"width={a.width}: params {m.num_params():,}, convs {len(layers)}, "
+    print(f"size={a.size} width={a.width}: state-dict tensors {len(m.state_dict())}, params {m.num_params():,}, convs {len(layers)}, "
           f"MACs/frame {macs:,}, FLOP/frame {2 * macs:,} ({2 * macs / 1e9:.3f} GFLOP)")
 
 

@@ -487,7 +487,8 @@ static int bench_model(int argc, char **argv) {
   }
   if (!ckpt) {
     fprintf(stderr, "facecast: error: bench model: --checkpoint FILE is required (a full-size "
-                    "one with random weights: tools/gen_wav2lip_golden.py --width 1 --out DIR)\n");
+                    "one with random weights: tools/gen_wav2lip_golden.py --width 1 --out DIR, or "
+                    "for wav2lip256 tools/bench_wav2lip256.py make FILE)\n");
     return FC_EXIT_INPUT;
   }
   int dt = strcmp(dtype, "fp32") == 0   ? FC_W2L_FP32
@@ -517,7 +518,8 @@ static int bench_model(int argc, char **argv) {
   fc_w2l *m = fc_w2l_load(ckpt, &wp, &err);
   if (!m) return fc_cli_fail(err);
   size_t nmel = (size_t)maxb * FC_W2L_MEL_H * FC_W2L_MEL_W;
-  size_t ncrop = (size_t)maxb * 3 * FC_W2L_FACE * FC_W2L_FACE;
+  const int side = fc_w2l_face_size(m); /* 96, or 256 for a wav2lip256 checkpoint */
+  size_t ncrop = (size_t)maxb * 3 * side * side;
   float *mel = malloc(nmel * sizeof(float));
   unsigned char *crops = malloc(ncrop), *out = malloc(ncrop);
   int code = FC_EXIT_OK;
@@ -530,9 +532,9 @@ static int bench_model(int argc, char **argv) {
   for (size_t i = 0; i < nmel; i++) mel[i] = ((r = r * 1664525u + 1013904223u) >> 8) / 2097152.0f - 4;
   for (size_t i = 0; i < ncrop; i++) crops[i] = (unsigned char)((r = r * 1664525u + 1013904223u) >> 24);
   if (!json)
-    printf("bench model: wav2lip, device %s, %s\n"
+    printf("bench model: wav2lip %dx%d, device %s, %s\n"
            " batch   model ms/batch  frames/s   e2e ms/batch  frames/s   device MiB\n",
-           device, dtype);
+           side, side, device, dtype);
   for (int i = 0; i < nb; i++) {
     int b = batches[i];
     double ms[2], span = seconds / 2;
@@ -558,10 +560,10 @@ static int bench_model(int argc, char **argv) {
     }
     double mib = fc_w2l_device_bytes(m) / 1048576.0;
     if (json)
-      printf("{\"bench\":\"model\",\"device\":\"%s\",\"dtype\":\"%s\",\"batch\":%d,"
+      printf("{\"bench\":\"model\",\"face\":%d,\"device\":\"%s\",\"dtype\":\"%s\",\"batch\":%d,"
              "\"ms_per_batch\":%.4f,\"frames_per_s\":%.1f,\"e2e_ms_per_batch\":%.4f,"
              "\"e2e_frames_per_s\":%.1f,\"device_mib\":%.1f,\"reps\":%d}\n",
-             device, dtype, b, ms[0], b * 1000.0 / ms[0], ms[1], b * 1000.0 / ms[1], mib,
+             side, device, dtype, b, ms[0], b * 1000.0 / ms[0], ms[1], b * 1000.0 / ms[1], mib,
              reps[0] + reps[1]);
     else
       printf("%6d  %14.4f  %9.1f  %13.4f  %9.1f  %10.1f\n", b, ms[0], b * 1000.0 / ms[0], ms[1],

@@ -1,8 +1,9 @@
 /* facecast wav2lip: run the Wav2Lip network on .npy tensors (parity checks and timing).
  *
- * wav2lip infer: reads mel [B,1,80,16] and faces [B,6,96,96] (float32 .npy, as
- * tools/gen_wav2lip_golden.py writes them), runs the network in chunks of at most --max-batch
- * frames and writes out [B,3,96,96]. The output is written only when every chunk succeeded, so
+ * wav2lip infer: reads mel [B,1,80,16] and faces [B,6,S,S] (float32 .npy, as
+ * tools/gen_wav2lip_golden.py writes them; S = 96, or 256 for a wav2lip256 checkpoint, and it
+ * must be the checkpoint's), runs the network in chunks of at most --max-batch frames and writes
+ * out [B,3,S,S]. The output is written only when every chunk succeeded, so
  * a failed run leaves no file. --repeat N runs the whole set N times for timing; the summary
  * (stdout) gives load time, the first pass (which includes building the primitives of a batch
  * size other than max-batch) and the best later pass, in frames/s. */
@@ -21,7 +22,8 @@ static void w2l_usage(FILE *f) {
   fputs("usage: facecast wav2lip infer --checkpoint FILE --mel MEL.npy --faces FACES.npy\n"
         "                              --out OUT.npy [--device cpu|cpu-ref|cuda[:N]] [--dtype fp32|fp16|bf16]\n"
         "                              [--max-batch N] [--threads N] [--repeat N]\n"
-        "  mel [B,1,80,16], faces [B,6,96,96] float32 NCHW -> out [B,3,96,96] in [0,1]\n",
+        "  mel [B,1,80,16], faces [B,6,S,S] float32 NCHW -> out [B,3,S,S] in [0,1];\n"
+        "  S = 96, or 256 for a wav2lip256 checkpoint\n",
         f);
 }
 
@@ -34,12 +36,16 @@ static int parse_int(const char *opt, const char *s, int lo, int hi, int *v) {
   return FC_OK;
 }
 
-/* Reads an .npy and checks it is [B, d1, d2, d3]. */
+/* Reads an .npy and checks it is [B, d1, d2, d3]; d2 = d3 = 0: square, 96 or 256 (faces of
+ * either model), the side in *side. */
 static int read_input(const char *path, const char *what, int d1, int d2, int d3, float **data,
-                      int64_t *batch) {
+                      int64_t *batch, int *side) {
   int64_t shape[FC_NPY_MAX_DIMS];
   int ndim, err = fc_npy_read_f32(path, data, shape, &ndim);
   if (err) return err;
+  int any = d2 == 0 && ndim == 4 && shape[2] == shape[3] &&
+            (shape[2] == FC_W2L_FACE || shape[2] == FC_W2L_FACE_256);
+  if (any) d2 = d3 = (int)shape[2];
   if (ndim != 4 || shape[0] < 1 || shape[1] != d1 || shape[2] != d2 || shape[3] != d3) {
     char got[96] = "";
     size_t o = 0;
@@ -47,10 +53,14 @@ static int read_input(const char *path, const char *what, int d1, int d2, int d3
       o += (size_t)snprintf(got + o, sizeof got - o, i ? ",%lld" : "%lld", (long long)shape[i]);
     free(*data);
     *data = NULL;
+    if (!d2)
+      return fc_error_set(FC_EINVAL, "%s: %s has shape [%s], expected [B,%d,S,S] with S 96 or 256",
+                          path, what, got, d1);
     return fc_error_set(FC_EINVAL, "%s: %s has shape [%s], expected [B,%d,%d,%d]", path, what, got,
                         d1, d2, d3);
   }
   *batch = shape[0];
+  if (side) *side = d2;
   return FC_OK;
 }
 
@@ -110,17 +120,17 @@ static int w2l_infer(int argc, char **argv) {
                                     on_cuda ? ", fp16 or bf16" : ""));
 
   int64_t nb = 0, nf = 0;
-  if ((err = read_input(melp, "mel", 1, FC_W2L_MEL_H, FC_W2L_MEL_W, &mel, &nb))) goto out;
-  if ((err = read_input(facep, "faces", FC_W2L_FACE_C, FC_W2L_FACE, FC_W2L_FACE, &faces, &nf)))
-    goto out;
+  int side = 0;
+  if ((err = read_input(melp, "mel", 1, FC_W2L_MEL_H, FC_W2L_MEL_W, &mel, &nb, NULL))) goto out;
+  if ((err = read_input(facep, "faces", FC_W2L_FACE_C, 0, 0, &faces, &nf, &side))) goto out;
   if (nb != nf) {
     err = fc_error_set(FC_EINVAL, "%s has %lld frames but %s has %lld", melp, (long long)nb, facep,
                        (long long)nf);
     goto out;
   }
   const size_t per_mel = (size_t)FC_W2L_MEL_H * FC_W2L_MEL_W;
-  const size_t per_face = (size_t)FC_W2L_FACE_C * FC_W2L_FACE * FC_W2L_FACE;
-  const size_t per_out = (size_t)FC_W2L_OUT_C * FC_W2L_FACE * FC_W2L_FACE;
+  const size_t per_face = (size_t)FC_W2L_FACE_C * side * side;
+  const size_t per_out = (size_t)FC_W2L_OUT_C * side * side;
   if (!(out = malloc((size_t)nb * per_out * sizeof(float)))) {
     err = fc_error_set(FC_ENOMEM, "wav2lip: out of memory for %lld frames", (long long)nb);
     goto out;
@@ -129,6 +139,11 @@ static int w2l_infer(int argc, char **argv) {
 
   double t0 = fc_cli_now();
   if (!(m = fc_w2l_load(ckpt, &p, &err))) goto out;
+  if (fc_w2l_face_size(m) != side) {
+    err = fc_error_set(FC_EINVAL, "%s: faces are %dx%d but %s is the %dx%d model", facep, side,
+                       side, ckpt, fc_w2l_face_size(m), fc_w2l_face_size(m));
+    goto out;
+  }
   double t_load = fc_cli_now() - t0, t_first = 0, t_best = 0;
   for (int r = 0; r < repeat; r++) {
     double t = fc_cli_now();
@@ -141,7 +156,7 @@ static int w2l_infer(int argc, char **argv) {
     if (r == 0) t_first = t;
     else if (r == 1 || t < t_best) t_best = t;
   }
-  int64_t shape[4] = {nb, FC_W2L_OUT_C, FC_W2L_FACE, FC_W2L_FACE};
+  int64_t shape[4] = {nb, FC_W2L_OUT_C, side, side};
   if ((err = fc_npy_write_f32(outp, out, shape, 4))) goto out;
   printf("wav2lip: %lld frames, batch %d, device %s: load %.3f s, first pass %.3f s (%.2f frames/s)",
          (long long)nb, p.max_batch, p.device, t_load, t_first, nb / t_first);

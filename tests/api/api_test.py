@@ -680,21 +680,23 @@ def main():
     check(st == 200, "two-device server healthy")
     proc.terminate()
     check(proc.wait(15) == 0, "two-device server exits cleanly")
-    # the neural backend behind serve (the small width-16 test network, on the CPU)
-    ckpt = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "wav2lip", "ckpt_zip.pth")
-    proc, port = start_server("--model", "wav2lip", "--checkpoint", ckpt, "--device", "cpu")
-    c = Client(port)
-    st, js, _, _ = c.post("/offer", {"sdp": offer_sdp(), "type": "offer"})
-    if st == 200:
-        c.post("/human", {"sessionid": js["sessionid"], "text": "Wav2Lip speaks.", "type": "echo"})
-    time.sleep(1.5)
-    st, _, body, _ = c.req("GET", "/metrics")
-    m = re.search(r'facecast_sched_frames_total\{device="0"\} (\d+)', body.decode())
-    st2, js2, _, _ = c.req("GET", "/healthz")
-    check(m is not None and int(m.group(1)) > 0 and js2["data"]["model"] == "wav2lip",
-          "serve --model wav2lip --checkpoint: frames made (%s)" % (m.group(1) if m else None))
-    proc.terminate()
-    check(proc.wait(15) == 0, "wav2lip server exits cleanly")
+    # the neural backend behind serve (the small test networks, on the CPU): the 96 model
+    # (width 16) and wav2lip256 (width 64; 256x256 crops)
+    for sub in ("wav2lip", "wav2lip256"):
+        ckpt = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", sub, "ckpt_zip.pth")
+        proc, port = start_server("--model", "wav2lip", "--checkpoint", ckpt, "--device", "cpu")
+        c = Client(port)
+        st, js, _, _ = c.post("/offer", {"sdp": offer_sdp(), "type": "offer"})
+        if st == 200:
+            c.post("/human", {"sessionid": js["sessionid"], "text": "Wav2Lip speaks.", "type": "echo"})
+        time.sleep(1.5)
+        st, _, body, _ = c.req("GET", "/metrics")
+        m = re.search(r'facecast_sched_frames_total\{device="0"\} (\d+)', body.decode())
+        st2, js2, _, _ = c.req("GET", "/healthz")
+        check(m is not None and int(m.group(1)) > 0 and js2["data"]["model"] == "wav2lip",
+              "serve --model wav2lip --checkpoint %s: frames made (%s)" % (sub, m.group(1) if m else None))
+        proc.terminate()
+        check(proc.wait(15) == 0, "wav2lip server (%s) exits cleanly" % sub)
     r = subprocess.run([BIN, "serve", "--port", "0", "--model", "wav2lip", "--checkpoint", "/no/such.pth"],
                        capture_output=True, text=True, timeout=30)
     check(r.returncode == 2 and r.stderr.count("\n") == 1, "serve with a missing checkpoint: one line, exit 2")

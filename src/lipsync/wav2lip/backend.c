@@ -3,7 +3,8 @@
  * Per request: the avatar frame's face box, padded 10 px down so the chin is in (Wav2Lip's
  * (0, 10, 0, 0), scaled from the photo to the output frame), goes to fc_w2l_composite with the
  * frame's 80×16 mel window and a key for its pixels (fc_avatar_frame_key). That call resizes the
- * box to 96×96, runs the network (fp16 on a GPU) and blends the output back over the box's lower
+ * box to the network's face side (96×96, or 256×256 for a wav2lip256 checkpoint: the file
+ * decides), runs the network (fp16 on a GPU) and blends the output back over the box's lower
  * 55 % (the mask keeps the upper face from the avatar: the generated face is softer than the
  * photo) in I420 — on the GPU when the model runs there, where the avatar's face pixels stay
  * resident after their first use. So the patch comes back finished (fc_patch.i420) and the
@@ -22,7 +23,8 @@
 #include <string.h>
 
 /* Frames per network call: a GPU is fed what the device scheduler gathers across sessions
- * (src/server: up to 128); on the CPU the cost is per frame and 16 keeps buffers small. */
+ * (src/server: up to 128); on the CPU the cost is per frame and 16 keeps buffers small (the 96
+ * model's activations take 130 MB at 16 frames, wav2lip256's about 0.9 GB). */
 #define CPU_BATCH 16
 #define GPU_BATCH 128
 /* The warm-up jobs' key: avatar keys are a serial shifted left by 24 bits, far below this. */
@@ -49,7 +51,8 @@ static void w2l_destroy(void *p) {
 
 static int warm_base(void *user, int j) {
   w2l_state *st = user;
-  memset(st->jobs[j].out, 128, 96 * 48 * 3 / 2);
+  const int s = fc_w2l_face_size(st->net);
+  memset(st->jobs[j].out, 128, (size_t)s * (s / 2) * 3 / 2);
   return FC_OK;
 }
 
@@ -57,11 +60,12 @@ static int warm_base(void *user, int j) {
  * than in the middle of a stream: each size twice (eager, then captured). */
 static int warm_up(w2l_state *st) {
   static const float mel[FC_W2L_MEL_H * FC_W2L_MEL_W];
-  uint8_t *rgb = calloc(1, 96 * 96 * 3), *out = malloc(96 * 48 * 3 / 2);
+  const int s = fc_w2l_face_size(st->net); /* a box of the crop's own size */
+  uint8_t *rgb = calloc(1, (size_t)s * s * 3), *out = malloc((size_t)s * (s / 2) * 3 / 2);
   int err = rgb && out ? FC_OK : fc_error_set(FC_ENOMEM, "wav2lip: out of memory");
   for (int k = 0; k < st->max_batch; k++)
-    st->jobs[k] = (fc_w2l_job){.key = WARM_KEY, .box_w = 96, .box_h = 96, .y0 = 48, .rgb = rgb,
-                               .rgb_stride = 96 * 3, .mel = mel, .out = out};
+    st->jobs[k] = (fc_w2l_job){.key = WARM_KEY, .box_w = s, .box_h = s, .y0 = s / 2, .rgb = rgb,
+                               .rgb_stride = s * 3, .mel = mel, .out = out};
   for (int b = 1; !err && b <= st->max_batch; b *= 2)
     for (int k = 0; !err && k < 2; k++) err = fc_w2l_composite(st->net, st->jobs, b, warm_base, st);
   free(rgb);

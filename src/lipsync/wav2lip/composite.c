@@ -3,9 +3,9 @@
  * arithmetic in w2l_composite.h around fc_w2l_infer_u8.
  *
  * Host path per batch: each job's background is asked for (written into its out buffer), its
- * face box resized to the 96×96 crop, the batch runs through the network, and each job's patch
- * rect is blended in place over the background. The three batch buffers are allocated on the
- * first call and kept. */
+ * face box resized to the model's S×S crop (S = 96 or 256), the batch runs through the network,
+ * and each job's patch rect is blended in place over the background. The three batch buffers
+ * are allocated on the first call and kept. */
 #include "facecast/error.h"
 #include "lipsync/wav2lip/w2l_composite.h"
 #include "lipsync/wav2lip/w2l_internal.h"
@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define S FC_W2L_FACE
 #define MEL (FC_W2L_MEL_H * FC_W2L_MEL_W)
 
 static int check_job(const fc_w2l_job *j, int k) {
@@ -27,6 +26,7 @@ static int check_job(const fc_w2l_job *j, int k) {
 
 static int host_batch(fc_w2l *m, const fc_w2l_job *jobs, int n, fc_w2l_base_fn base,
                       void *user, int first) {
+  const int S = m->face;
   for (int k = 0; k < n; k++) {
     const fc_w2l_job *j = &jobs[k];
     int err = base(user, first + k);
@@ -34,7 +34,7 @@ static int host_batch(fc_w2l *m, const fc_w2l_job *jobs, int n, fc_w2l_base_fn b
     uint8_t *crop = m->c_crops + (size_t)k * 3 * S * S;
     for (int y = 0; y < S; y++)
       for (int x = 0; x < S; x++)
-        w2l_crop_px(j->rgb, j->rgb_stride, j->box_w, j->box_h, x, y, crop + 3 * (y * S + x));
+        w2l_crop_px(j->rgb, j->rgb_stride, j->box_w, j->box_h, S, x, y, crop + 3 * (y * S + x));
     memcpy(m->c_mel + (size_t)k * MEL, j->mel, sizeof(float) * MEL);
   }
   int err = fc_w2l_infer_u8(m, m->c_mel, m->c_crops, m->c_out, n);
@@ -44,7 +44,7 @@ static int host_batch(fc_w2l *m, const fc_w2l_job *jobs, int n, fc_w2l_base_fn b
     const uint8_t *net = m->c_out + (size_t)k * 3 * S * S;
     for (int by = 0; by < (j->box_h - j->y0) / 2; by++)
       for (int bx = 0; bx < j->box_w / 2; bx++)
-        w2l_paste_block(net, j->box_w, j->box_h, j->y0, bx, by, j->out, j->out);
+        w2l_paste_block(net, S, j->box_w, j->box_h, j->y0, bx, by, j->out, j->out);
   }
   return FC_OK;
 }
@@ -56,8 +56,9 @@ int fc_w2l_composite(fc_w2l *m, const fc_w2l_job *jobs, int n, fc_w2l_base_fn ba
     if (err) return err;
   }
   if (!m->be->composite && !m->c_crops) {
-    m->c_crops = malloc((size_t)m->max_batch * 3 * S * S);
-    m->c_out = malloc((size_t)m->max_batch * 3 * S * S);
+    const size_t crop = (size_t)3 * m->face * m->face;
+    m->c_crops = malloc((size_t)m->max_batch * crop);
+    m->c_out = malloc((size_t)m->max_batch * crop);
     m->c_mel = malloc(sizeof(float) * m->max_batch * MEL);
     if (!m->c_crops || !m->c_out || !m->c_mel) {
       free(m->c_crops), free(m->c_out), free(m->c_mel);

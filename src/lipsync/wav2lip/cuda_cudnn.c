@@ -313,7 +313,7 @@ static int create_inner(cstate *s, const fc_w2l *m) {
     CU(cudaMalloc(&s->slots[i], bytes ? bytes : 16), "activation buffers");
     CU(cudaMemsetAsync(s->slots[i], 0, bytes ? bytes : 16, s->st), "activation buffers");
   }
-  size_t fbytes = (size_t)m->max_batch * FC_W2L_FACE * FC_W2L_FACE * FACE_CP * s->esz;
+  size_t fbytes = (size_t)m->max_batch * m->face * m->face * FACE_CP * s->esz;
   CU(cudaMalloc(&s->face, fbytes), "activation buffers");
   CU(cudaMemsetAsync(s->face, 0, fbytes, s->st), "activation buffers"); /* channels 6, 7 stay 0 */
   /* the last layer runs in w2l_cuda_head (fused with the sigmoid and output conversion) */
@@ -325,9 +325,9 @@ static int create_inner(cstate *s, const fc_w2l *m) {
   CU(cudaMemcpyAsync(s->head_w, last->w, (size_t)3 * last->cin * sizeof(float),
                      cudaMemcpyHostToDevice, s->st),
      "weights");
-  s->mel_off = (size_t)m->max_batch * FC_W2L_FACE_C * FC_W2L_FACE * FC_W2L_FACE * sizeof(float);
+  s->mel_off = (size_t)m->max_batch * FC_W2L_FACE_C * m->face * m->face * sizeof(float);
   size_t in = s->mel_off + (size_t)m->max_batch * FC_W2L_MEL_H * FC_W2L_MEL_W * sizeof(float);
-  size_t out = (size_t)m->max_batch * FC_W2L_OUT_C * FC_W2L_FACE * FC_W2L_FACE * sizeof(float);
+  size_t out = (size_t)m->max_batch * FC_W2L_OUT_C * m->face * m->face * sizeof(float);
   CU(cudaMalloc((void **)&s->d_in, in), "staging");
   CU(cudaMalloc(&s->d_out, out), "staging");
   CU(cudaMallocHost((void **)&s->h_in, in), "pinned staging");
@@ -615,7 +615,7 @@ static void print_timing(cstate *s, const fc_w2l *m, int batch) {
 
 /* Enqueues one pass for io (no host-side copies; the staging buffers hold the inputs). */
 static int enqueue(cstate *s, const fc_w2l *m, const cplan *p, int io, int batch) {
-  const int P = FC_W2L_FACE * FC_W2L_FACE;
+  const int P = m->face * m->face;
   size_t nface = (size_t)batch * FC_W2L_FACE_C * P, nmel = (size_t)batch * FC_W2L_MEL_H * FC_W2L_MEL_W;
   size_t ncrop = (size_t)batch * 3 * P, nout = (size_t)batch * FC_W2L_OUT_C * P;
   void *face = s->face;
@@ -625,7 +625,7 @@ static int enqueue(cstate *s, const fc_w2l *m, const cplan *p, int io, int batch
     CU(cudaMemcpyAsync(cb.d_jobs, cb.h_jobs, sizeof(w2l_cjob) * batch, cudaMemcpyHostToDevice,
                        s->st),
        "upload");
-    CU((cudaError_t)w2l_cuda_crop_jobs(cb.d_src, cb.d_jobs, batch, (uint8_t *)s->d_in, s->st),
+    CU((cudaError_t)w2l_cuda_crop_jobs(cb.d_src, cb.d_jobs, batch, m->face, (uint8_t *)s->d_in, s->st),
        "crop kernel");
   }
   if (io != W2L_IO_RESIDENT) {
@@ -637,7 +637,7 @@ static int enqueue(cstate *s, const fc_w2l *m, const cplan *p, int io, int batch
        "upload");
     if (io != W2L_IO_F32)
       CU((cudaError_t)w2l_cuda_crops_to_input((const uint8_t *)s->d_in, face, FACE_CP, batch,
-                                              FC_W2L_FACE, s->dtype, s->st),
+                                              m->face, s->dtype, s->st),
          "input kernel");
     else
       CU((cudaError_t)w2l_cuda_nchw_to_nhwc((const float *)s->d_in, face, FACE_CP, batch,
@@ -685,7 +685,7 @@ static int enqueue(cstate *s, const fc_w2l *m, const cplan *p, int io, int batch
      "output kernel");
   if (s->timing) cudaEventRecord(s->ev[m->nops], s->st);
   if (io == W2L_IO_COMPOSITE) /* the patches, blended into their backgrounds, stay on the device */
-    CU((cudaError_t)w2l_cuda_paste_jobs((const uint8_t *)s->d_out, cb.d_src, cb.d_jobs, batch,
+    CU((cudaError_t)w2l_cuda_paste_jobs((const uint8_t *)s->d_out, m->face, cb.d_src, cb.d_jobs, batch,
                                         cb.d_out, s->st),
        "paste kernel");
   if (io == W2L_IO_RESIDENT || io == W2L_IO_COMPOSITE) return FC_OK;
@@ -723,7 +723,7 @@ static int cuda_infer(void *state, const fc_w2l *m, int io, const float *mel, co
   cstate *s = state;
   cplan *p = find_plan(s, batch);
   if (!p) return fc_error_set(FC_EINVAL, "wav2lip cuda: batch %d not prepared", batch);
-  const int P = FC_W2L_FACE * FC_W2L_FACE;
+  const int P = m->face * m->face;
   size_t nmel = (size_t)batch * FC_W2L_MEL_H * FC_W2L_MEL_W;
   size_t inb = io == W2L_IO_U8 ? (size_t)batch * 3 * P : (size_t)batch * FC_W2L_FACE_C * P * 4;
   size_t outb = io == W2L_IO_U8 ? (size_t)batch * 3 * P : (size_t)batch * FC_W2L_OUT_C * P * 4;

@@ -1,9 +1,11 @@
 /* Wav2Lip: the layer graph, loading a checkpoint into it, buffer planning and the infer loop.
  *
  * Design: the topology (which layers, kernel sizes, strides, paddings, where the residuals and
- * the skip concatenations are) is fixed here, written from tools/wav2lip_ref.py; every channel
- * count comes from the checkpoint's tensor shapes, checked for consistency as the graph is
- * built, so the real network and the width-16 test fixtures load through the same code. The
+ * the skip concatenations are) is fixed here, written from tools/wav2lip_ref.py, in two
+ * variants (96×96, and the 256×256 wav2lip256; the checkpoint's keys pick one, see
+ * build_graph); every channel count comes from the checkpoint's tensor shapes, checked for
+ * consistency as the graph is built, so the real networks and the narrow test fixtures load
+ * through the same code. The
  * check collects every problem (missing keys, unexpected keys, shape mismatches) and reports
  * them in one line rather than stopping at the first, since a wrong file usually has hundreds.
  *
@@ -26,9 +28,12 @@
 #include <string.h>
 
 #define BN_EPS 1e-5
-/* Sanity bounds on what a file may ask for (the real network: 1024 channels, 36 M weights,
- * 2 M activation floats per frame), so a hostile header fails cleanly instead of allocating
- * gigabytes. */
+/* Sanity bounds on what a file may ask for, so a hostile header fails cleanly instead of
+ * allocating gigabytes. The real networks: at most 1024 channels (a concatenation), 36 M (96)
+ * and 54 M (256) weights, and per frame 2.0 M (96) and 14.2 M (256: the last decoder level
+ * alone is 80 × 256 × 256) activation floats in the planned slots. Only channel counts come
+ * from the file (the spatial sizes are fixed by the variant), so the activation bound is what
+ * stops a 256 file with, say, 8192-channel layers (over 500 M floats per frame). */
 #define MAX_CHANNELS 8192
 #define MAX_WEIGHTS (1u << 28)      /* floats, all layers */
 #define MAX_ACT_PER_FRAME (1u << 26) /* floats, all slots */
@@ -180,26 +185,37 @@ static int concat(builder *b, int x, int skip, const char *tap) {
   return out;
 }
 
-/* The network. Face encoder first: its keys come first in the state dict, so the first missing
- * key named in an error is the one PyTorch would name. */
-static void build_graph(builder *b) {
+/* The network, in one of its two variants: the 96×96 original, or the 256×256
+ * "wav2lip256" (LiveTalking's wav2lip_v2) with one more encoder level and one more decoder level.
+ * Both share the building blocks, the audio encoder and the output block; where they differ:
+ *   encoder:  96: 7 blocks, the last one k3 p0 + k1 (3×3 -> 1×1);
+ *             256: 8 blocks, block 6 = s2 conv + 1 residual (8×8 -> 4×4), the last one k4 p0 + k1
+ *   decoder:  96: 7 blocks, block 1 = ConvT k3 s1 p0 (1 -> 3) + 1 residual;
+ *             256: 8 blocks, block 1 = ConvT k4 s1 p0 (1 -> 4) + 1 residual, block 2 = ConvT s2 +
+ *             1 residual (4 -> 8); the remaining blocks are the 96 model's blocks 2..6.
+ * Face encoder first: its keys come first in the state dict, so the first missing key named in
+ * an error is the one PyTorch would name. */
+static void build_graph(builder *b, int v256) {
   fc_w2l *m = b->m;
   char name[48], tap[16];
+  const int nb = v256 ? 8 : 7;   /* encoder blocks = decoder blocks */
+  const int kbot = v256 ? 4 : 3; /* the kernel that takes the encoder to 1×1 and back */
   m->t_mel = add_tensor(b, FC_W2L_MEL_H, FC_W2L_MEL_W, 1, NULL);
-  m->t_face = add_tensor(b, FC_W2L_FACE, FC_W2L_FACE, FC_W2L_FACE_C, NULL);
+  m->t_face = add_tensor(b, m->face, m->face, FC_W2L_FACE_C, NULL);
 
-  /* face encoder: block 0 = k7 p3; blocks 1..5 = s2 conv + residuals; block 6 = k3 p0, k1 */
-  static const int nres[6] = {0, 2, 3, 2, 2, 1};
-  int feat[7];
+  /* face encoder: block 0 = k7 p3; blocks 1..nb-2 = s2 conv + residuals; the last = k p0, k1 */
+  static const int nres[7] = {0, 2, 3, 2, 2, 1, 1};
+  int feat[8];
   int x = m->t_face;
-  for (int i = 0; i < 7; i++) {
-    int nl = i == 6 ? 2 : 1 + nres[i];
+  for (int i = 0; i < nb; i++) {
+    int last = i == nb - 1;
+    int nl = last ? 2 : 1 + nres[i];
     for (int j = 0; j < nl; j++) {
       snprintf(name, sizeof name, "face_encoder_blocks.%d.%d", i, j);
       snprintf(tap, sizeof tap, "face_f%d", i);
       const char *t = j == nl - 1 ? tap : NULL;
       if (i == 0) x = conv(b, x, name, W2L_CONV, 7, 1, 1, 3, 0, 0, 1, 1, t);
-      else if (i == 6) x = conv(b, x, name, W2L_CONV, j ? 1 : 3, 1, 1, 0, 0, 0, 1, 1, t);
+      else if (last) x = conv(b, x, name, W2L_CONV, j ? 1 : kbot, 1, 1, 0, 0, 0, 1, 1, t);
       else if (j == 0) x = conv(b, x, name, W2L_CONV, 3, 2, 2, 1, 0, 0, 1, 1, t);
       else x = conv(b, x, name, W2L_CONV, 3, 1, 1, 1, 0, 1, 1, 1, t);
     }
@@ -219,28 +235,29 @@ static void build_graph(builder *b) {
   }
   int emb = x;
 
-  /* decoder: block 0 = k1 conv; 1 = ConvT k3 s1 p0 + 1 res; 2..6 = ConvT k3 s2 p1 op1 + 2 res;
-   * after each block: x = cat((x, feat[6 - i]), 1), decoder output first */
+  /* decoder: block 0 = k1 conv; 1 = ConvT kbot s1 p0 + 1 res; the rest = ConvT k3 s2 p1 op1 +
+   * 2 res (1 res in the 256 model's block 2); after each block: x = cat((x, feat[nb-1-i]), 1),
+   * decoder output first */
   x = emb;
-  for (int i = 0; i < 7; i++) {
-    int nl = i == 0 ? 1 : i == 1 ? 2 : 3;
+  for (int i = 0; i < nb; i++) {
+    int nl = i == 0 ? 1 : i == 1 || (v256 && i == 2) ? 2 : 3;
     for (int j = 0; j < nl; j++) {
       snprintf(name, sizeof name, "face_decoder_blocks.%d.%d", i, j);
       snprintf(tap, sizeof tap, "dec%d_out", i);
       const char *t = j == nl - 1 ? tap : NULL;
       if (i == 0) x = conv(b, x, name, W2L_CONV, 1, 1, 1, 0, 0, 0, 1, 1, t);
-      else if (j == 0 && i == 1) x = conv(b, x, name, W2L_CONVT, 3, 1, 1, 0, 0, 0, 1, 1, t);
+      else if (j == 0 && i == 1) x = conv(b, x, name, W2L_CONVT, kbot, 1, 1, 0, 0, 0, 1, 1, t);
       else if (j == 0) x = conv(b, x, name, W2L_CONVT, 3, 2, 2, 1, 1, 0, 1, 1, t);
       else x = conv(b, x, name, W2L_CONV, 3, 1, 1, 1, 0, 1, 1, 1, t);
     }
     snprintf(tap, sizeof tap, "dec%d_cat", i);
-    x = concat(b, x, feat[6 - i], tap);
+    x = concat(b, x, feat[nb - 1 - i], tap);
   }
 
   x = conv(b, x, "output_block.0", W2L_CONV, 3, 1, 1, 1, 0, 0, 1, 1, "out_conv0");
   x = conv(b, x, "output_block.1", W2L_CONV, 1, 1, 1, 0, 0, 0, 0, 0, "logits");
   m->t_logits = x;
-  if (!b->err && (m->tensors[x].h != FC_W2L_FACE || m->tensors[x].w != FC_W2L_FACE))
+  if (!b->err && (m->tensors[x].h != m->face || m->tensors[x].w != m->face))
     b->err = FC_EINVAL;
   if (m->tensors[x].c >= 0 && m->tensors[x].c != FC_W2L_OUT_C) {
     /* a 32->k output conv with k != 3: report it like any shape mismatch */
@@ -436,7 +453,11 @@ fc_w2l *fc_w2l_load(const char *path, const fc_w2l_params *p, int *err_out) {
   if (!(pr.used = calloc((size_t)nt + 1, 1))) goto fail;
   pr.ck = ck;
   b->m = m, b->pr = &pr;
-  build_graph(b);
+  /* the variant: only the 256 model has an eighth encoder block (the weight, not any key of
+   * it: a 96 file with a stray block-7 bias is a broken 96 file, reported as unexpected) */
+  int v256 = fc_checkpoint_find(ck, W2L_KEY_256) >= 0;
+  m->face = v256 ? FC_W2L_FACE_256 : FC_W2L_FACE;
+  build_graph(b, v256);
 
   int nunexp = 0;
   char unexp[160] = "";
@@ -444,8 +465,9 @@ fc_w2l *fc_w2l_load(const char *path, const fc_w2l_params *p, int *err_out) {
     if (!pr.used[i] && nunexp++ == 0)
       snprintf(unexp, sizeof unexp, "%.150s", fc_checkpoint_info(ck, i)->name);
   if (pr.nmissing || nunexp || pr.nshape) {
-    char msg[480];
-    size_t o = (size_t)snprintf(msg, sizeof msg, "%s: checkpoint does not look like Wav2Lip", path);
+    char msg[768];
+    size_t o = (size_t)snprintf(msg, sizeof msg, "%s: checkpoint does not look like Wav2Lip%s", path,
+                                v256 ? " 256x256 (it has " W2L_KEY_256 ")" : "");
     const char *sep = ":";
     append_problem(msg, sizeof msg, &o, &sep, "missing", pr.missing, pr.nmissing);
     append_problem(msg, sizeof msg, &o, &sep, "unexpected", unexp, nunexp);
@@ -510,6 +532,8 @@ void fc_w2l_destroy(fc_w2l *m) {
   free(m);
 }
 
+int fc_w2l_face_size(const fc_w2l *m) { return m ? m->face : 0; }
+
 long long fc_w2l_macs_per_frame(const fc_w2l *m) {
   long long macs = 0;
   for (int i = 0; i < m->nops; i++) {
@@ -524,8 +548,7 @@ long long fc_w2l_macs_per_frame(const fc_w2l *m) {
 
 /* Host side of the u8 path for backends without infer(): the six NHWC input channels from RGB
  * bytes, and bytes from the logits (the cuda backend does both in w2l_kernels.cu). */
-static void crops_to_nhwc(const unsigned char *crops, float *dst, int batch) {
-  const int F = FC_W2L_FACE;
+static void crops_to_nhwc(const unsigned char *crops, float *dst, int batch, int F) {
   for (size_t i = 0; i < (size_t)batch * F * F; i++) {
     const unsigned char *px = crops + i * 3;
     float r = px[0] / 255.0f, g = px[1] / 255.0f, b = px[2] / 255.0f;
@@ -555,13 +578,13 @@ static int run(fc_w2l *m, int io, const float *mel, const void *in, void *out, i
   }
 
   /* inputs: mel has one channel, so NCHW and NHWC are the same bytes; faces are transposed */
-  const int F = FC_W2L_FACE, C = FC_W2L_FACE_C, P = F * F;
+  const int F = m->face, C = FC_W2L_FACE_C, P = F * F;
   float *fx = m->slots[m->tensors[m->t_face].slot];
   if (io != W2L_IO_RESIDENT)
     memcpy(m->slots[m->tensors[m->t_mel].slot], mel,
            (size_t)batch * FC_W2L_MEL_H * FC_W2L_MEL_W * sizeof(float));
   if (io == W2L_IO_U8) {
-    crops_to_nhwc(in, fx, batch);
+    crops_to_nhwc(in, fx, batch, F);
   } else if (io == W2L_IO_F32) {
     const float *faces = in;
     for (int n = 0; n < batch; n++) {

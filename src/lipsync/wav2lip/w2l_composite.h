@@ -18,8 +18,6 @@
 #define W2L_HD static inline
 #endif
 
-#define W2L_S 96 /* the network's face side (FC_W2L_FACE) */
-
 /* One job as the CUDA kernels read it: byte offsets into the source arena (face box RGB, tight
  * rows; the patch rect's background I420) and into the output buffer (the finished I420). */
 typedef struct w2l_cjob {
@@ -64,19 +62,20 @@ W2L_HD int w2l_y(int r, int g, int b) { return (66 * r + 129 * g + 25 * b + 0x10
 W2L_HD int w2l_u(int r, int g, int b) { return (112 * b - 74 * g - 38 * r + 0x8080) >> 8; }
 W2L_HD int w2l_v(int r, int g, int b) { return (112 * r - 94 * g - 18 * b + 0x8080) >> 8; }
 
-/* Crop pixel (x, y) of the 96×96 input: the bw × bh face box resized. */
-W2L_HD void w2l_crop_px(const uint8_t *box, int stride, int bw, int bh, int x, int y,
+/* Crop pixel (x, y) of the S×S network input (S = the model's face side, 96 or 256): the
+ * bw × bh face box resized. */
+W2L_HD void w2l_crop_px(const uint8_t *box, int stride, int bw, int bh, int S, int x, int y,
                         uint8_t *dst) {
   int ix, wx, iy, wy;
-  w2l_axis(x, bw, W2L_S, &ix, &wx);
-  w2l_axis(y, bh, W2L_S, &iy, &wy);
+  w2l_axis(x, bw, S, &ix, &wx);
+  w2l_axis(y, bh, S, &iy, &wy);
   for (int c = 0; c < 3; c++) dst[c] = (uint8_t)w2l_bilerp(box, stride, ix, wx, iy, wy, c);
 }
 
-/* Block (bx, by) of the patch rect (bx < bw/2, by < (bh-y0)/2): the network's 96×96 RGB output
+/* Block (bx, by) of the patch rect (bx < bw/2, by < (bh-y0)/2): the network's S×S RGB output
  * net resized over the box, blended into the background bg, written to dst (both I420 of the
  * rect, tight; they may be the same buffer: a block reads only what it then writes). */
-W2L_HD void w2l_paste_block(const uint8_t *net, int bw, int bh, int y0, int bx, int by,
+W2L_HD void w2l_paste_block(const uint8_t *net, int S, int bw, int bh, int y0, int bx, int by,
                             const uint8_t *bg, uint8_t *dst) {
   int rw = bw, rh = bh - y0;
   long ysz = (long)rw * rh, csz = (long)(rw / 2) * (rh / 2);
@@ -86,11 +85,11 @@ W2L_HD void w2l_paste_block(const uint8_t *net, int bw, int bh, int y0, int bx, 
   for (int k = 0; k < 4; k++) {
     int x = 2 * bx + (k & 1), yr = 2 * by + (k >> 1), yb = yr + y0;
     int ix, wx, iy, wy;
-    w2l_axis(x, W2L_S, bw, &ix, &wx);
-    w2l_axis(yb, W2L_S, bh, &iy, &wy);
-    int r = w2l_bilerp(net, 3 * W2L_S, ix, wx, iy, wy, 0);
-    int g = w2l_bilerp(net, 3 * W2L_S, ix, wx, iy, wy, 1);
-    int b = w2l_bilerp(net, 3 * W2L_S, ix, wx, iy, wy, 2);
+    w2l_axis(x, S, bw, &ix, &wx);
+    w2l_axis(yb, S, bh, &iy, &wy);
+    int r = w2l_bilerp(net, 3 * S, ix, wx, iy, wy, 0);
+    int g = w2l_bilerp(net, 3 * S, ix, wx, iy, wy, 1);
+    int b = w2l_bilerp(net, 3 * S, ix, wx, iy, wy, 2);
     int a = w2l_alpha(x, yb, bw, bh);
     long o = (long)yr * rw + x;
     yp[o] = (uint8_t)w2l_mix(w2l_y(r, g, b), ybg[o], a);

@@ -49,12 +49,13 @@ int w2l_cuda_crops_to_input(const uint8_t *crops, void *dst, int cdst, int n, in
 int w2l_cuda_head(const void *x, int cin, const float *w, const float *bias, float *outf,
                   uint8_t *out8, int n, int hw, int dt, cudaStream_t s);
 
-/* Compositing (w2l_composite.h), jobs = n device w2l_cjob: each live job's face box in src
- * (the source arena) resized into crops [n][96][96][3]; and each live job's patch rect made from
- * net [n][96][96][3] (the network's RGB bytes) over its background in src, into out. */
-int w2l_cuda_crop_jobs(const uint8_t *src, const void *jobs, int n, uint8_t *crops,
+/* Compositing (w2l_composite.h), jobs = n device w2l_cjob, side = the model's face side (96 or
+ * 256): each live job's face box in src (the source arena) resized into crops
+ * [n][side][side][3]; and each live job's patch rect made from net [n][side][side][3] (the
+ * network's RGB bytes) over its background in src, into out. */
+int w2l_cuda_crop_jobs(const uint8_t *src, const void *jobs, int n, int side, uint8_t *crops,
                        cudaStream_t s);
-int w2l_cuda_paste_jobs(const uint8_t *net, const uint8_t *src, const void *jobs, int n,
+int w2l_cuda_paste_jobs(const uint8_t *net, int side, const uint8_t *src, const void *jobs, int n,
                         uint8_t *out, cudaStream_t s);
 
 /* The composite path's device state (cuda_composite.c): the source cache (avatar face pixels by

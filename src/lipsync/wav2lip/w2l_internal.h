@@ -45,9 +45,15 @@ typedef struct w2l_op {
   int tmp;     /* W2L_CONVT: a scratch tensor of the output's size (-1 otherwise) */
 } w2l_op;
 
-#define W2L_NLAYERS 51
-#define W2L_MAX_TENSORS 80
-#define W2L_MAX_OPS 64
+/* Table sizes, with room, for the larger variant (256: 55 convs, 8 concatenations, 72 tensors,
+ * 63 ops; the 96 model has 51, 7, 66 and 58). */
+#define W2L_NLAYERS 55
+#define W2L_MAX_TENSORS 96
+#define W2L_MAX_OPS 80
+
+/* The key whose presence makes a checkpoint the 256×256 variant (LiveTalking's wav2lip_v2):
+ * the first conv of the eighth encoder block, which the 96 model does not have. */
+#define W2L_KEY_256 "face_encoder_blocks.7.0.conv_block.0.weight"
 
 typedef struct w2l_backend w2l_backend;
 
@@ -58,6 +64,7 @@ struct fc_w2l {
   int ntensors;
   w2l_op ops[W2L_MAX_OPS];
   int nops;
+  int face; /* face crop side: FC_W2L_FACE (96) or FC_W2L_FACE_256 */
   int t_mel, t_face, t_logits;
   float **slots;        /* nslots buffers of slot_floats[i] * max_batch floats, 64-byte aligned */
   size_t *slot_floats;  /* per-sample capacity */
@@ -122,8 +129,8 @@ static inline int w2l_out_dim(const w2l_layer *l, int in, int vertical) {
 
 /* Debug hook: the same as fc_w2l_infer, but calls tap() with every named intermediate tensor
  * right after it is computed (NHWC, all batch samples, densely packed), for parity tests of the
- * layers. Tap names follow tools/wav2lip_ref.py: audio_emb, face_f0..face_f6, dec{i}_out,
- * dec{i}_cat, out_conv0, logits. */
+ * layers. Tap names follow tools/wav2lip_ref.py: audio_emb, face_f0..face_f6 (..face_f7 in the
+ * 256 model), dec{i}_out, dec{i}_cat, out_conv0, logits. */
 typedef void (*fc_w2l_tap_fn)(const char *name, const float *nhwc, int n, int h, int w, int c,
                               void *user);
 int fc_w2l_infer_tap(fc_w2l *m, const float *mel, const float *faces, float *out, int batch,

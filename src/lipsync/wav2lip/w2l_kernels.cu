@@ -174,22 +174,22 @@ unsigned blocks(size_t total) {
 
 /* Compositing (w2l_composite.h): one thread per crop pixel / per 2x2 block of a patch rect;
  * blockIdx.y is the job. */
-__global__ void k_crop_jobs(const uint8_t *src, const w2l_cjob *jobs, uint8_t *crops) {
+__global__ void k_crop_jobs(const uint8_t *src, const w2l_cjob *jobs, int side, uint8_t *crops) {
   const w2l_cjob j = jobs[blockIdx.y];
   int p = blockIdx.x * blockDim.x + threadIdx.x;
-  if (!j.live || p >= W2L_S * W2L_S) return;
-  w2l_crop_px(src + j.rgb, 3 * j.bw, j.bw, j.bh, p % W2L_S, p / W2L_S,
-              crops + (size_t)blockIdx.y * 3 * W2L_S * W2L_S + 3 * p);
+  if (!j.live || p >= side * side) return;
+  w2l_crop_px(src + j.rgb, 3 * j.bw, j.bw, j.bh, side, p % side, p / side,
+              crops + (size_t)blockIdx.y * 3 * side * side + 3 * p);
 }
 
-__global__ void k_paste_jobs(const uint8_t *net, const uint8_t *src, const w2l_cjob *jobs,
-                             uint8_t *out) {
+__global__ void k_paste_jobs(const uint8_t *net, int side, const uint8_t *src,
+                             const w2l_cjob *jobs, uint8_t *out) {
   const w2l_cjob j = jobs[blockIdx.y];
   if (!j.live) return;
   int nbx = j.bw / 2, total = nbx * ((j.bh - j.y0) / 2);
-  const uint8_t *o = net + (size_t)blockIdx.y * 3 * W2L_S * W2L_S;
+  const uint8_t *o = net + (size_t)blockIdx.y * 3 * side * side;
   GRID_STRIDE(int, i, total) {
-    w2l_paste_block(o, j.bw, j.bh, j.y0, i % nbx, i / nbx, src + j.base, out + j.out);
+    w2l_paste_block(o, side, j.bw, j.bh, j.y0, i % nbx, i / nbx, src + j.base, out + j.out);
   }
 }
 
@@ -255,26 +255,37 @@ extern "C" int w2l_cuda_head(const void *x, int cin, const float *w, const float
   size_t total = (size_t)n * hw;
   size_t shm = (size_t)(3 * cin + 3) * sizeof(float);
   unsigned nb = blocks(total);
-  if (dt == W2L_DT_F16)
-    k_head<__half, unsigned><<<nb, 256, shm, s>>>((const __half *)x, cin, w, bias, outf, out8, hw, (unsigned)total);
-  else if (dt == W2L_DT_BF16)
-    k_head<__nv_bfloat16, unsigned>
-        <<<nb, 256, shm, s>>>((const __nv_bfloat16 *)x, cin, w, bias, outf, out8, hw, (unsigned)total);
-  else
-    k_head<float, unsigned><<<nb, 256, shm, s>>>((const float *)x, cin, w, bias, outf, out8, hw, (unsigned)total);
+  /* 32-bit indices while pixel * cin fits (a 256 model's batch of 256 is 1.3 G) */
+  if (total * (size_t)(cin > 3 ? cin : 3) < (1ull << 32)) {
+    if (dt == W2L_DT_F16)
+      k_head<__half, unsigned><<<nb, 256, shm, s>>>((const __half *)x, cin, w, bias, outf, out8, hw, (unsigned)total);
+    else if (dt == W2L_DT_BF16)
+      k_head<__nv_bfloat16, unsigned>
+          <<<nb, 256, shm, s>>>((const __nv_bfloat16 *)x, cin, w, bias, outf, out8, hw, (unsigned)total);
+    else
+      k_head<float, unsigned><<<nb, 256, shm, s>>>((const float *)x, cin, w, bias, outf, out8, hw, (unsigned)total);
+  } else {
+    if (dt == W2L_DT_F16)
+      k_head<__half, size_t><<<nb, 256, shm, s>>>((const __half *)x, cin, w, bias, outf, out8, hw, total);
+    else if (dt == W2L_DT_BF16)
+      k_head<__nv_bfloat16, size_t>
+          <<<nb, 256, shm, s>>>((const __nv_bfloat16 *)x, cin, w, bias, outf, out8, hw, total);
+    else
+      k_head<float, size_t><<<nb, 256, shm, s>>>((const float *)x, cin, w, bias, outf, out8, hw, total);
+  }
   return (int)cudaGetLastError();
 }
 
-extern "C" int w2l_cuda_crop_jobs(const uint8_t *src, const void *jobs, int n, uint8_t *crops,
-                                  cudaStream_t s) {
-  dim3 grid((W2L_S * W2L_S + 255) / 256, (unsigned)n);
-  k_crop_jobs<<<grid, 256, 0, s>>>(src, (const w2l_cjob *)jobs, crops);
+extern "C" int w2l_cuda_crop_jobs(const uint8_t *src, const void *jobs, int n, int side,
+                                  uint8_t *crops, cudaStream_t s) {
+  dim3 grid((unsigned)(side * side + 255) / 256, (unsigned)n);
+  k_crop_jobs<<<grid, 256, 0, s>>>(src, (const w2l_cjob *)jobs, side, crops);
   return (int)cudaGetLastError();
 }
 
-extern "C" int w2l_cuda_paste_jobs(const uint8_t *net, const uint8_t *src, const void *jobs,
-                                   int n, uint8_t *out, cudaStream_t s) {
+extern "C" int w2l_cuda_paste_jobs(const uint8_t *net, int side, const uint8_t *src,
+                                   const void *jobs, int n, uint8_t *out, cudaStream_t s) {
   dim3 grid(16, (unsigned)n);
-  k_paste_jobs<<<grid, 256, 0, s>>>(net, src, (const w2l_cjob *)jobs, out);
+  k_paste_jobs<<<grid, 256, 0, s>>>(net, side, src, (const w2l_cjob *)jobs, out);
   return (int)cudaGetLastError();
 }

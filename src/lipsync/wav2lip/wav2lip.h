@@ -1,14 +1,20 @@
-/* The Wav2Lip generator (96×96), run on the CPU or a CUDA GPU from a PyTorch checkpoint.
+/* The Wav2Lip generator, run on the CPU or a CUDA GPU from a PyTorch checkpoint.
  *
  * What: fc_w2l_load() reads a Wav2Lip checkpoint (torch zip or legacy .pth, or safetensors; keys
- * with or without "module."), derives every channel count from the tensor shapes (so the real
- * network and narrower test networks of the same topology both load), folds each BatchNorm into
- * its convolution and prepares a backend; fc_w2l_infer() runs a batch.
+ * with or without "module."; the state dict alone or wrapped as {"state_dict": ...}), derives
+ * every channel count from the tensor shapes (so the real network and narrower test networks of
+ * the same topology both load), folds each BatchNorm into its convolution and prepares a
+ * backend; fc_w2l_infer() runs a batch.
+ *
+ * Two networks load: the original Wav2Lip on 96×96 face crops, and "wav2lip256" (LiveTalking's
+ * models/wav2lip.pth, its wav2lip_v2 network: one more encoder and decoder level) on 256×256
+ * crops. The file decides: a checkpoint with face_encoder_blocks.7 is the 256 model.
+ * fc_w2l_face_size() says which was loaded; S below is that side.
  *
  * Tensors are NCHW float32, exactly as the PyTorch model takes and returns them:
  *   mel   [B,1,80,16]  normalised mel window per video frame
- *   faces [B,6,96,96]  [masked crop (rows 48..95 of channels 0..2 zero), reference crop], BGR/255
- *   out   [B,3,96,96]  sigmoid output in [0,1], BGR
+ *   faces [B,6,S,S]    [masked crop (rows S/2.. of channels 0..2 zero), reference crop], BGR/255
+ *   out   [B,3,S,S]    sigmoid output in [0,1], BGR
  *
  * Devices: "cpu" (oneDNN, multi-threaded, the fast path) and "cpu-ref" (plain C loops, one
  * thread: slow, but simple enough to be obviously right; other backends are tested against it).
@@ -16,10 +22,10 @@
  * CUDA; without CUDA support in the build, or without a GPU, it fails with FC_EUNSUPPORTED.
  *
  * Two ways in: fc_w2l_infer() takes and returns the float tensors above (parity with PyTorch);
- * fc_w2l_infer_u8() takes the 96×96 RGB face crops as bytes and returns the generated crops as
+ * fc_w2l_infer_u8() takes the S×S RGB face crops as bytes and returns the generated crops as
  * bytes, building the six input channels (BGR/255, lower half masked) and the ×255 output on the
  * device that runs the model, so only 27 KB per frame cross the bus each way. That is the path
- * the engine uses.
+ * the engine uses (256: 196 KB).
  *
  * Memory: all activation buffers are sized for max_batch at load; fc_w2l_infer() does not
  * allocate, except that the "cpu" and "cuda" backends build their plans (oneDNN primitives;
@@ -41,7 +47,8 @@ extern "C" {
 
 #define FC_W2L_MEL_H 80
 #define FC_W2L_MEL_W 16
-#define FC_W2L_FACE 96 /* face crop side */
+#define FC_W2L_FACE 96      /* face crop side of the original model */
+#define FC_W2L_FACE_256 256 /* face crop side of wav2lip256 */
 #define FC_W2L_FACE_C 6
 #define FC_W2L_OUT_C 3
 
@@ -67,18 +74,21 @@ typedef struct fc_w2l_params {
  * keys and shape mismatches), FC_EINVAL (bad params), FC_EUNSUPPORTED (device), FC_ENOMEM. */
 fc_w2l *fc_w2l_load(const char *checkpoint, const fc_w2l_params *p, int *err);
 
+/* The loaded network's face crop side: FC_W2L_FACE (96) or FC_W2L_FACE_256 (256); 0 for NULL. */
+int fc_w2l_face_size(const fc_w2l *m);
+
 /* Runs batch (1..max_batch) frames: out = G(mel, faces). Returns 0, FC_EINVAL (bad batch or
  * NULL pointers) or FC_ENOMEM / FC_EUNSUPPORTED (the backend could not set up this batch size). */
 int fc_w2l_infer(fc_w2l *m, const float *mel, const float *faces, float *out, int batch);
 
-/* The engine's path: crops [B][96][96][3] RGB bytes (the face box resized to 96×96; the network
+/* The engine's path: crops [B][S][S][3] RGB bytes (the face box resized to S×S; the network
  * sees it as the reference and, lower half zeroed, as the masked input), mel as above; out
- * [B][96][96][3] RGB bytes, round(255 · sigmoid). Same errors as fc_w2l_infer. */
+ * [B][S][S][3] RGB bytes, round(255 · sigmoid). Same errors as fc_w2l_infer. */
 int fc_w2l_infer_u8(fc_w2l *m, const float *mel, const unsigned char *crops, unsigned char *out,
                     int batch);
 
 /* Lip-sync with compositing (the engine's path): per job, the face box of an avatar frame is
- * resized to 96×96, run through the network with its mel window, and the output is resized back
+ * resized to S×S, run through the network with its mel window, and the output is resized back
  * over the box's lower part (rows y0..box_h-1, "the patch rect"), blended into the frame's own
  * pixels there and converted to I420 — all on the model's device, so on a GPU only the
  * finished I420 rect comes back (and the avatar's pixels are sent once per key, then kept).
