@@ -26,7 +26,9 @@ static void serve_usage(FILE *f) {
         "                      [--tts-ref-text TEXT] [--tts-lang LANG] [--tts-rate HZ]\n"
         "                      [--tts-timeout S] [--tts-edge-version V] [--asr PROVIDER]\n"
         "                      [--asr-url URL] [--asr-model M] [--asr-lang L] [--asr-timeout S]\n"
-        "                      [--barge-in on|off] [--vad-hangover-ms MS] [--config FILE] [--quiet]\n"
+        "                      [--barge-in on|off] [--vad-hangover-ms MS]\n"
+        "                      [--transport webrtc|rtmp] [--push-url rtmp://HOST/APP/STREAM]\n"
+        "                      [--config FILE] [--quiet]\n"
         "\n"
         "Open http://HOST:PORT/ in a browser, press Connect and type a sentence.\n"
         "Chat (/human type=chat) needs an OpenAI-compatible LLM: --llm-url (default\n"
@@ -41,6 +43,10 @@ static void serve_usage(FILE *f) {
         "default), openai (/audio/transcriptions), funasr (its WebSocket) or none; key from\n"
         "$ASR_API_KEY (openai: else $OPENAI_API_KEY). --barge-in on: the user's speech stops\n"
         "the avatar. --vad-hangover-ms: the silence that ends a spoken turn (500).\n"
+        "--transport rtmp --push-url URL: session \"0\" is made at start and pushed (H.264 +\n"
+        "AAC in FLV) to an RTMP server (nginx-rtmp, SRS), reconnecting by itself; make it\n"
+        "speak with POST /human {\"sessionid\":\"0\",...} (LiveTalking's rtmpapi.html). /offer\n"
+        "still serves WebRTC viewers beside it. Its connection: GET /healthz, \"push\".\n"
         "--config FILE: a YAML file of these options (e.g. 'api_keys: /etc/facecast/keys',\n"
         "'quiet: true', 'media_dir: [/srv/a, /srv/b]'); options given here override it.\n",
         f);
@@ -116,6 +122,8 @@ int fc_cmd_serve(int argc, char **argv) {
                                        {"asr-timeout", required_argument, 0, 1030},
                                        {"barge-in", required_argument, 0, 1031},
                                        {"vad-hangover-ms", required_argument, 0, 1032},
+                                       {"transport", required_argument, 0, 1033},
+                                       {"push-url", required_argument, 0, 1034},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   fc_server_params p = fc_server_params_default();
@@ -221,6 +229,8 @@ int fc_cmd_serve(int argc, char **argv) {
       if ((err = int_opt("--vad-hangover-ms", optarg, 100, 5000, &p.vad_hangover_ms)))
         return fc_cli_fail(err);
       break;
+    case 1033: p.transport = optarg; break; /* checked by the server (push.c) */
+    case 1034: p.push_url = optarg; break;
     case 'h': serve_usage(stdout); return FC_EXIT_OK;
     default:
       fprintf(stderr, "facecast: error: serve: unknown or incomplete option '%s'\n",

@@ -54,6 +54,11 @@ fc_live_params fc_session_live_params(const fc_server *srv, const fc_session *s,
 }
 
 fc_session *fc_session_new(fc_server *srv, fc_avatar *av, const char *owner, int *err) {
+  return fc_session_new_id(srv, av, owner, NULL, err);
+}
+
+fc_session *fc_session_new_id(fc_server *srv, fc_avatar *av, const char *owner, const char *id,
+                              int *err) {
   fc_session *s = NULL;
   g_mutex_lock(&srv->lock);
   guint n = g_hash_table_size(srv->sessions);
@@ -106,9 +111,15 @@ fc_session *fc_session_new(fc_server *srv, fc_avatar *av, const char *owner, int
       goto fail;
     }
   g_mutex_lock(&srv->lock);
+  if (id && g_hash_table_contains(srv->sessions, id)) {
+    g_mutex_unlock(&srv->lock);
+    *err = fc_error_set(FC_EBUSY, "session '%s' exists already", id);
+    goto fail;
+  }
+  if (id) g_strlcpy(s->id, id, sizeof s->id);
   /* A random (version 4) UUID, as LiveTalking's own ids: clients only echo it back, and
    * whoever knows it may act on the session, so it comes from the kernel's generator. */
-  do {
+  else do {
     uint8_t r[16];
     if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
       g_mutex_unlock(&srv->lock);
