@@ -27,6 +27,8 @@ from api_test import FAILS, check, multipart  # noqa: E402
 
 BIN = sys.argv[1]
 RTMP_MODULE = "/usr/lib/nginx/modules/ngx_rtmp_module.so"  # Debian's libnginx-mod-rtmp
+# /usr/sbin is not on an ordinary user's PATH
+NGINX = shutil.which("nginx", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
 RATE = 16000
 BURSTS = [0.52, 1.36, 2.24, 3.12]  # s into the uploaded audio; 0.3 s of 300 Hz each
 
@@ -64,6 +66,7 @@ pid {dir}/nginx.pid;
 error_log {dir}/error.log info;
 events {{ worker_connections 64; }}
 rtmp {{
+  access_log {dir}/access.log;
   server {{
     listen 127.0.0.1:{port};
     application live {{
@@ -78,7 +81,7 @@ rtmp {{
         os.makedirs(os.path.join(dir, "rec"), exist_ok=True)
 
     def start(self):
-        self.proc = subprocess.Popen(["nginx", "-p", self.dir, "-c", os.path.join(self.dir, "nginx.conf"),
+        self.proc = subprocess.Popen([NGINX, "-p", self.dir, "-c", os.path.join(self.dir, "nginx.conf"),
                                       "-e", os.path.join(self.dir, "error.log")],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if not wait_port(self.port):
@@ -187,9 +190,11 @@ def check_sync(path, mouth, w, h, vstart, astart):
 
 
 def main():
-    for tool in ("nginx", "ffprobe", "ffmpeg"):
+    for tool in ("ffprobe", "ffmpeg"):
         if not shutil.which(tool):
             raise SystemExit(f"{tool} is missing: run scripts/deps.sh")
+    if not NGINX:
+        raise SystemExit("nginx is missing: run scripts/deps.sh")
     if not os.path.exists(RTMP_MODULE):
         raise SystemExit(f"{RTMP_MODULE} is missing (libnginx-mod-rtmp): run scripts/deps.sh")
     t_start = time.time()
