@@ -241,7 +241,16 @@ def main():
         time.sleep(4.6)
         st, js = http(port, "POST", "/human", {"sessionid": "0", "text": "This goes out over RTMP.", "type": "echo"})
         check(st == 200 and js["code"] == 0, "POST /human to session \"0\"")
-        time.sleep(2.0)
+        # A server that stops reading (SIGSTOP) holds up nothing of the session's.
+        n0 = health(port)["push"]["frames_pushed"]
+        os.kill(nginx.proc.pid, signal.SIGSTOP)
+        time.sleep(1.0)
+        st, js = http(port, "POST", "/is_speaking", {"sessionid": "0"})
+        n1 = health(port)["push"]["frames_pushed"]
+        os.kill(nginx.proc.pid, signal.SIGCONT)
+        check(st == 200 and js["data"] is True and 20 <= n1 - n0 <= 32,
+              f"a stalled server holds nothing up: session \"0\" speaks on, {n1 - n0} frames in 1 s")
+        time.sleep(1.0)
         before = health(port)["push"]
         t_kill = time.time()
         nginx.kill()  # mid-stream, the sentence still being spoken
