@@ -20,7 +20,7 @@
  *               is to start in sync at one frame. Connected when rtmp2sink's own statistics
  *               show bytes sent (polled every POLL_US while connecting only); a failure is
  *               the pipeline's error on the bus (refused, bad name, rejected publish); no
- *               answer within CONNECT_TIMEOUT_US is a failure too.
+ *               answer within connect_timeout_ms (10 s) is a failure too.
  *   CONNECTED   frames are pushed. The connection is lost on an error on the bus (rtmp2sink
  *               posts one when the server closes or resets it), or when nothing has left
  *               the muxer for STALL_US although frames were pushed: a server that stopped
@@ -59,10 +59,10 @@
 
 #include <gst/app/gstappsrc.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define CONNECT_TIMEOUT_US (10 * G_TIME_SPAN_SECOND)
 #define STALL_US (5 * G_TIME_SPAN_SECOND)
 #define POLL_US (100 * G_TIME_SPAN_MILLISECOND)
 #define BACKOFF_FIRST_S 1
@@ -320,8 +320,10 @@ static void step(rtmp_out *r, gint64 now) {
         r->backoff_s = BACKOFF_FIRST_S;
         r->told_down = 0;
         tell(r);
-      } else if (now - r->attempt_us > CONNECT_TIMEOUT_US) {
-        fail(r, now, "rtmp push: no answer from the server in 10 s");
+      } else if (now - r->attempt_us > (gint64)r->p.connect_timeout_ms * 1000) {
+        snprintf(why, sizeof why, "rtmp push: the server did not take the stream within %d ms",
+                 r->p.connect_timeout_ms);
+        fail(r, now, why);
       }
     } else if (st == FC_SINK_LINK_CONNECTED &&
                now - atomic_load_explicit(&r->progress_us, memory_order_relaxed) > STALL_US) {
@@ -479,12 +481,14 @@ fc_sink *fc_rtmp_sink_create(const fc_rtmp_params *params, int *err) {
   if (!p.sample_rate) p.sample_rate = 16000;
   if (!p.video_kbps) p.video_kbps = 1500;
   if (!p.queue_frames) p.queue_frames = DEFAULT_QUEUE;
+  if (!p.connect_timeout_ms) p.connect_timeout_ms = 10000;
   if (!p.x264_preset) p.x264_preset = FC_LIVE_X264_PRESET;
   if ((rc = fc_rtmp_check_url(p.url))) goto fail;
   if (p.width <= 0 || p.height <= 0 || (p.width | p.height) & 1 || p.width > 8192 ||
       p.height > 8192 || p.fps < 1 || p.fps > 240 || p.sample_rate < 8000 ||
       p.sample_rate > 192000 || p.video_kbps < 1 || p.video_kbps > 100000 || p.video_qp < 0 ||
-      p.video_qp > 51 || p.queue_frames < 1 || p.queue_frames > 1000) {
+      p.video_qp > 51 || p.queue_frames < 1 || p.queue_frames > 1000 ||
+      p.connect_timeout_ms < 100 || p.connect_timeout_ms > 600000) {
     rc = fc_error_set(FC_EINVAL,
                       "rtmp push: invalid parameters (%dx%d, fps %d, sample rate %d, "
                       "%d kbit/s, QP %d, queue %d)",
