@@ -98,11 +98,13 @@ rtmp {{
         return sorted((os.path.join(d, f) for f in os.listdir(d) if f.endswith(".flv")), key=os.path.getmtime)
 
 
-def http(port, method, path, body=None, ctype="application/json"):
+def http(port, method, path, body=None, ctype="application/json", key=None):
     data = json.dumps(body).encode() if isinstance(body, dict) else body
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method)
     if data is not None:
         req.add_header("Content-Type", ctype)
+    if key:
+        req.add_header("Authorization", "Bearer " + key)
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
             return r.status, json.loads(r.read() or b"null")
@@ -189,6 +191,56 @@ def check_sync(path, mouth, w, h, vstart, astart):
               f"(frame {near}, {dt * 1000:+.0f} ms)")
 
 
+def start_server(*args):
+    """facecast serve on a free port; (process, port, its log lines so far and to come)."""
+    srv = subprocess.Popen([BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--quiet", *args],
+                           stderr=subprocess.PIPE, text=True)
+    log, port = [], None
+    deadline = time.time() + 30
+    while time.time() < deadline and port is None:
+        line = srv.stderr.readline()
+        log.append(line)
+        m = re.search(r"serving on http://[^:]+:(\d+)/", line)
+        if m:
+            port = int(m.group(1))
+        elif not line and srv.poll() is not None:
+            break
+    if port is None:
+        srv.kill()
+        raise SystemExit("server did not start: " + "".join(log))
+    threading.Thread(target=lambda: [log.append(l) or sys.stderr.write("server: " + l) for l in srv.stderr],
+                     daemon=True).start()
+    return srv, port, log
+
+
+def cli_and_keys(tmp):
+    """Bad flags are refused at start; with API keys, any key may act on session "0" and no
+    request without one (its id is no secret)."""
+    for args, what in ((["--transport", "rtmp"], "rtmp without --push-url"),
+                       (["--transport", "srt", "--push-url", "rtmp://h/a/b"], "an unknown transport"),
+                       (["--transport", "rtmp", "--push-url", "rtmp://h/live"], "a URL without a stream"),
+                       (["--push-url", "rtmp://h/a/b"], "--push-url with webrtc")):
+        r = subprocess.run([BIN, "serve", "--port", "0", *args], capture_output=True, text=True, timeout=30)
+        check(r.returncode == 2 and r.stderr.startswith("facecast: error: ") and r.stderr.count("\n") == 1,
+              f"serve refuses {what}: {r.stderr.strip()}")
+    kf = os.path.join(tmp, "keys")
+    alice = subprocess.run([BIN, "keys", "add", "alice", "--file", kf], capture_output=True, text=True).stdout.strip()
+    bob = subprocess.run([BIN, "keys", "add", "bob", "--file", kf], capture_output=True, text=True).stdout.strip()
+    srv, port, _ = start_server("--api-keys", kf, "--transport", "rtmp",
+                                "--push-url", f"rtmp://127.0.0.1:{free_port()}/live/test")
+    try:
+        for name, key in (("alice", alice), ("bob", bob)):
+            st, js = http(port, "POST", "/human", {"sessionid": "0", "text": "Hi.", "type": "echo"}, key=key)
+            check(st == 200 and js["code"] == 0, f"with keys, {name}'s key acts on session \"0\"")
+        st, _ = http(port, "GET", "/sse?sessionid=0")
+        check(st == 404, f"with keys, no request without one reaches session \"0\" ({st})")
+        st, _ = http(port, "DELETE", "/session/0", key=alice)
+        check(st == 409, "DELETE /session/0 is refused (the push session lives as long as the server)")
+    finally:
+        srv.terminate()
+        srv.wait(20)
+
+
 def main():
     for tool in ("ffprobe", "ffmpeg"):
         if not shutil.which(tool):
@@ -202,26 +254,10 @@ def main():
     nginx = Nginx(tmp, free_port())
     srv = None
     try:
+        cli_and_keys(tmp)
         # The server first, with nginx not there yet: it must come up anyway and keep trying.
         url = f"rtmp://127.0.0.1:{nginx.port}/live/test"
-        srv = subprocess.Popen([BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--quiet",
-                                "--transport", "rtmp", "--push-url", url],
-                               stderr=subprocess.PIPE, text=True)
-        port = None
-        log = []
-        deadline = time.time() + 30
-        while time.time() < deadline and port is None:
-            line = srv.stderr.readline()
-            log.append(line)
-            m = re.search(r"serving on http://[^:]+:(\d+)/", line)
-            if m:
-                port = int(m.group(1))
-            elif not line and srv.poll() is not None:
-                break
-        if port is None:
-            raise SystemExit("server did not start: " + "".join(log))
-        threading.Thread(target=lambda: [log.append(l) or sys.stderr.write("server: " + l) for l in srv.stderr],
-                         daemon=True).start()
+        srv, port, log = start_server("--transport", "rtmp", "--push-url", url)
         hz = health(port)
         check(hz.get("transport") == "rtmp" and hz.get("sessions") == 1, "session \"0\" exists at start")
         p = wait_push(port, lambda p: p.get("failures", 0) >= 1, 5)
@@ -290,8 +326,6 @@ def main():
         time.sleep(1.0)
         n1 = health(port)["push"]["frames_pushed"]
         check(20 <= n1 - n0 <= 30, f"frames keep coming at 25 fps without a server ({n1 - n0} in 1 s)")
-        st, js = http(port, "DELETE", "/session/0")
-        check(st == 409, "DELETE /session/0 is refused (the push session lives as long as the server)")
 
         nginx.start()
         p = wait_push(port, lambda p: p.get("state") == "connected", 12)
