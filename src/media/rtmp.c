@@ -236,6 +236,8 @@ static int build(rtmp_out *r) {
                "do-timestamp", FALSE, "block", FALSE, "max-buffers", (guint64)0, "max-bytes",
                (guint64)0, "max-time", (guint64)AUDIO_QUEUE_MS * GST_MSECOND, "emit-signals",
                FALSE, NULL);
+  if (!fc_gst_has_property(r->vsrc, "leaky-type")) /* 1.20+: else a full queue would grow */
+    return fc_error_set(FC_EMEDIA, "appsrc has no leaky-type (GStreamer 1.20 or newer needed)");
   gst_util_set_object_arg(G_OBJECT(r->vsrc), "leaky-type", "downstream");
   gst_util_set_object_arg(G_OBJECT(r->asrc), "leaky-type", "downstream");
   if (fc_gst_has_property(aenc, "bitrate")) g_object_set(aenc, "bitrate", AAC_BITRATE, NULL);
@@ -512,7 +514,7 @@ fc_sink *fc_rtmp_sink_create(const fc_rtmp_params *params, int *err) {
   r->p.url = NULL;
   r->p.x264_preset = r->preset = g_strdup(p.x264_preset);
   r->backoff_s = BACKOFF_FIRST_S;
-  r->link.state = FC_SINK_LINK_RETRYING; /* nothing yet: the first frame starts an attempt */
+  r->link.state = FC_SINK_LINK_CONNECTING; /* the first frame starts the first attempt */
   r->pic_bytes = (size_t)p.width * p.height * 3 / 2;
   if (!(r->last = malloc(r->pic_bytes))) {
     rc = fc_error_set(FC_ENOMEM, "rtmp push: out of memory");
