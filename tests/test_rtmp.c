@@ -24,9 +24,18 @@
 static void test_url(void) {
   static const char *const good[] = {"rtmp://127.0.0.1/live/test", "rtmp://host:1935/live/stream",
                                      "rtmps://a.example/app/key?x=1", "rtmp://h/app/inst/stream"};
-  static const char *const bad[] = {NULL, "", "http://h/live/x", "rtmp://", "rtmp:///live/x",
-                                    "rtmp://h", "rtmp://h/live", "rtmp://h/live/", "rtmp://h//x",
-                                    "rtmp://h/live/a b", "rtmp://:1935/live/x", "rtmp://h/live/x\n"};
+  static const char *const bad[] = {NULL,
+                                    "",
+                                    "http://h/live/x",
+                                    "rtmp://",
+                                    "rtmp:///live/x",
+                                    "rtmp://h",
+                                    "rtmp://h/live",
+                                    "rtmp://h/live/",
+                                    "rtmp://h//x",
+                                    "rtmp://h/live/a b",
+                                    "rtmp://:1935/live/x",
+                                    "rtmp://h/live/x\n"};
   for (size_t i = 0; i < G_N_ELEMENTS(good); i++) FC_CHECK_INT(fc_rtmp_check_url(good[i]), ==, 0);
   for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
     FC_CHECK_INT(fc_rtmp_check_url(bad[i]), ==, FC_EINVAL);
@@ -77,8 +86,11 @@ static gint64 push_frames(fc_sink *s, int frames, int64_t *index) {
   for (int i = 0; i < frames; i++, (*index)++) {
     memset(pic, (int)(*index * 7 & 0xff), sizeof pic);
     for (int k = 0; k < SPF; k++) pcm[k] = (int16_t)((k * 97 + *index) % 2000 - 1000);
-    const fc_sink_frame f = {.index = *index, .i420 = *index % 5 ? NULL : pic, .pcm = pcm,
-                             .n_samples = SPF, .first_sample = *index * SPF};
+    const fc_sink_frame f = {.index = *index,
+                             .i420 = *index % 5 ? NULL : pic,
+                             .pcm = pcm,
+                             .n_samples = SPF,
+                             .first_sample = *index * SPF};
     const gint64 t0 = g_get_monotonic_time();
     FC_CHECK_INT(fc_sink_push(s, &f), ==, 0);
     const gint64 dt = g_get_monotonic_time() - t0;
@@ -133,8 +145,8 @@ static int plain_push(void *self, const fc_sink_frame *f) {
 }
 static void plain_stats(void *self, fc_sink_stats *out) { (void)self, (void)out; }
 static void plain_destroy(void *self) { (void)self; }
-static const fc_sink_ops plain_ops = {.kind = "plain", .push = plain_push, .stats = plain_stats,
-                                      .destroy = plain_destroy};
+static const fc_sink_ops plain_ops = {
+    .kind = "plain", .push = plain_push, .stats = plain_stats, .destroy = plain_destroy};
 
 static void test_no_link(void) {
   fc_sink plain = {&plain_ops, NULL};

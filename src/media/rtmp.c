@@ -72,9 +72,9 @@
 #define AUDIO_QUEUE_MS 400
 /* Samples per pooled audio buffer; the pacer's 640 fit in one. */
 #define AUDIO_CHUNK_SAMPLES 1024
-#define RTMP_CRF 23          /* x264's quality under the cap, as the live outputs' */
-#define AAC_BITRATE 64000    /* mono speech */
-#define DEFAULT_QUEUE 25     /* 1 s of frames in the ring in front */
+#define RTMP_CRF 23       /* x264's quality under the cap, as the live outputs' */
+#define AAC_BITRATE 64000 /* mono speech */
+#define DEFAULT_QUEUE 25  /* 1 s of frames in the ring in front */
 #define EOS_WAIT_US (1 * G_TIME_SPAN_SECOND) /* for the last frames to leave at destroy */
 
 typedef struct rtmp_out {
@@ -91,11 +91,11 @@ typedef struct rtmp_out {
   /* The connection: the ring's thread only. */
   GstElement *pipeline, *vsrc, *asrc, *rsink; /* elements owned by the pipeline */
   GstBus *bus;
-  uint32_t priming;     /* the AAC encoder's delay, samples */
-  int started;          /* the origin is set (a frame went out on this connection) */
-  int64_t origin;       /* frame index stamped 0 on this connection */
+  uint32_t priming;      /* the AAC encoder's delay, samples */
+  int started;           /* the origin is set (a frame went out on this connection) */
+  int64_t origin;        /* frame index stamped 0 on this connection */
   int64_t origin_sample; /* its first sample */
-  int64_t next_sample;  /* the smallest sample accepted next */
+  int64_t next_sample;   /* the smallest sample accepted next */
   gint64 attempt_us, poll_us, retry_at_us;
   int backoff_s;
   int told_down; /* a failure was reported since the last connection (quiet retries) */
@@ -114,7 +114,8 @@ int fc_rtmp_check_url(const char *url) {
   const char *rest = NULL;
   if (url && g_str_has_prefix(url, "rtmp://")) rest = url + 7;
   if (url && g_str_has_prefix(url, "rtmps://")) rest = url + 8;
-  if (!rest) return fc_error_set(FC_EINVAL, "push URL '%s': expected rtmp:// or rtmps://", url ? url : "");
+  if (!rest)
+    return fc_error_set(FC_EINVAL, "push URL '%s': expected rtmp:// or rtmps://", url ? url : "");
   for (const char *c = url; *c; c++)
     if ((unsigned char)*c <= ' ' || *c == 0x7f)
       return fc_error_set(FC_EINVAL, "push URL: spaces or control characters in it");
@@ -210,8 +211,12 @@ static int build(rtmp_out *r) {
   if (!(r->pipeline = gst_pipeline_new("fc-rtmp")))
     return fc_error_set(FC_EMEDIA, "could not create a GStreamer pipeline");
   const fc_rtmp_params *p = &r->p;
-  const fc_x264_config xc = {.preset = p->x264_preset, .threads = 1, .keyint = 2 * p->fps,
-                             .qp = p->video_qp, .crf = RTMP_CRF, .vbv_kbps = p->video_kbps};
+  const fc_x264_config xc = {.preset = p->x264_preset,
+                             .threads = 1,
+                             .keyint = 2 * p->fps,
+                             .qp = p->video_qp,
+                             .crf = RTMP_CRF,
+                             .vbv_kbps = p->video_kbps};
   if (!(venc = fc_x264enc_new(&xc, &rc))) return rc;
   if (!gst_bin_add(GST_BIN(r->pipeline), venc)) {
     gst_object_unref(venc);
@@ -234,8 +239,8 @@ static int build(rtmp_out *r) {
                "max-bytes", (guint64)0, "emit-signals", FALSE, NULL);
   g_object_set(r->asrc, "caps", r->acaps, "format", GST_FORMAT_TIME, "is-live", FALSE,
                "do-timestamp", FALSE, "block", FALSE, "max-buffers", (guint64)0, "max-bytes",
-               (guint64)0, "max-time", (guint64)AUDIO_QUEUE_MS * GST_MSECOND, "emit-signals",
-               FALSE, NULL);
+               (guint64)0, "max-time", (guint64)AUDIO_QUEUE_MS * GST_MSECOND, "emit-signals", FALSE,
+               NULL);
   if (!fc_gst_has_property(r->vsrc, "leaky-type")) /* 1.20+: else a full queue would grow */
     return fc_error_set(FC_EMEDIA, "appsrc has no leaky-type (GStreamer 1.20 or newer needed)");
   gst_util_set_object_arg(G_OBJECT(r->vsrc), "leaky-type", "downstream");
@@ -252,8 +257,8 @@ static int build(rtmp_out *r) {
         (rc = fc_gst_link_chain(achain, G_N_ELEMENTS(achain))))
       return rc;
   }
-  if ((rc = probe(mux, "src", GST_PAD_PROBE_TYPE_BUFFER | GST_PAD_PROBE_TYPE_BUFFER_LIST,
-                  on_muxed, r)) ||
+  if ((rc = probe(mux, "src", GST_PAD_PROBE_TYPE_BUFFER | GST_PAD_PROBE_TYPE_BUFFER_LIST, on_muxed,
+                  r)) ||
       (rc = probe(venc, "src", GST_PAD_PROBE_TYPE_BUFFER, on_encoded, r)))
     return rc;
   r->bus = gst_pipeline_get_bus(GST_PIPELINE(r->pipeline));
@@ -379,9 +384,11 @@ static int push_audio(rtmp_out *r, const int16_t *pcm, size_t n, int64_t first_s
     const guint64 k = (guint64)(s0 - zero);
     GST_BUFFER_PTS(buf) = gst_util_uint64_scale(k, GST_SECOND, rate);
     GST_BUFFER_DTS(buf) = GST_CLOCK_TIME_NONE;
-    GST_BUFFER_DURATION(buf) = gst_util_uint64_scale(k + cnt, GST_SECOND, rate) - GST_BUFFER_PTS(buf);
+    GST_BUFFER_DURATION(buf) =
+        gst_util_uint64_scale(k + cnt, GST_SECOND, rate) - GST_BUFFER_PTS(buf);
     /* A gap in the clock (frames dropped before us): let the encoder resync. */
-    if (s0 > r->next_sample && r->next_sample > zero) GST_BUFFER_FLAG_SET(buf, GST_BUFFER_FLAG_DISCONT);
+    if (s0 > r->next_sample && r->next_sample > zero)
+      GST_BUFFER_FLAG_SET(buf, GST_BUFFER_FLAG_DISCONT);
     gst_app_src_push_buffer(GST_APP_SRC(r->asrc), buf);
     r->next_sample = s0 + (int64_t)cnt;
     done += cnt;
@@ -460,8 +467,11 @@ static void rtmp_destroy(void *self) {
   free(r);
 }
 
-static const fc_sink_ops rtmp_ops = {.kind = "rtmp", .push = rtmp_push, .stats = rtmp_stats,
-                                     .destroy = rtmp_destroy, .link = rtmp_link};
+static const fc_sink_ops rtmp_ops = {.kind = "rtmp",
+                                     .push = rtmp_push,
+                                     .stats = rtmp_stats,
+                                     .destroy = rtmp_destroy,
+                                     .link = rtmp_link};
 
 /* ---- creation ---- */
 
@@ -523,14 +533,16 @@ fc_sink *fc_rtmp_sink_create(const fc_rtmp_params *params, int *err) {
   if ((rc = fc_gst_raw_caps(p.width, p.height, p.fps, p.sample_rate, "rtmp push", &r->vinfo,
                             &r->vcaps, &r->acaps)))
     goto fail;
-  r->vpool = fc_gst_make_pool(r->vcaps, (guint)GST_VIDEO_INFO_SIZE(&r->vinfo), VIDEO_QUEUE_FRAMES + 2);
+  r->vpool =
+      fc_gst_make_pool(r->vcaps, (guint)GST_VIDEO_INFO_SIZE(&r->vinfo), VIDEO_QUEUE_FRAMES + 2);
   r->apool = fc_gst_make_pool(r->acaps, AUDIO_CHUNK_SAMPLES * sizeof(int16_t), 8);
   if (!r->vpool || !r->apool) {
     rc = fc_error_set(FC_EMEDIA, "rtmp push: could not set up buffer pools");
     goto fail;
   }
   const size_t per_frame = (size_t)(p.sample_rate + p.fps - 1) / (size_t)p.fps;
-  fc_sink *q = fc_sink_queued_create(&r->sink, p.width, p.height, 2 * per_frame, p.queue_frames, &rc);
+  fc_sink *q =
+      fc_sink_queued_create(&r->sink, p.width, p.height, 2 * per_frame, p.queue_frames, &rc);
   if (!q) goto out; /* took r over */
   *err = FC_OK;
   return q;

@@ -34,7 +34,8 @@ int fc_push_check(const fc_server_params *p) {
   if (strcmp(p->transport, "rtmp") != 0)
     return fc_error_set(FC_EINVAL, "--transport '%s': expected webrtc or rtmp", p->transport);
   if (!p->push_url || !*p->push_url)
-    return fc_error_set(FC_EINVAL, "--transport rtmp needs --push-url rtmp://HOST[:PORT]/APP/STREAM");
+    return fc_error_set(FC_EINVAL,
+                        "--transport rtmp needs --push-url rtmp://HOST[:PORT]/APP/STREAM");
   return fc_rtmp_check_url(p->push_url);
 }
 
@@ -54,16 +55,22 @@ static void on_link(void *user, const fc_sink_link *l) {
     g_message("push %s: connected%s", url, l->connects > 1 ? " again" : "");
   else if (l->state == FC_SINK_LINK_RETRYING)
     g_message("push %s: %s: %s; retrying in %d s, then less often (up to every 30 s) until it "
-              "connects", url, l->connects ? "connection lost" : "cannot connect", l->error,
+              "connects",
+              url, l->connects ? "connection lost" : "cannot connect", l->error,
               l->retry_in_ms / 1000);
 }
 
 static fc_sink *make_sink(fc_server *srv, fc_session *s, int *err) {
   const fc_live_params lp = fc_session_live_params(srv, s, FC_LIVE_WEBRTC);
-  const fc_rtmp_params rp = {.url = srv->p.push_url, .width = lp.width, .height = lp.height,
-                             .fps = lp.fps, .sample_rate = lp.sample_rate,
-                             .video_qp = lp.video_qp, .x264_preset = lp.x264_preset,
-                             .on_link = on_link, .user = srv};
+  const fc_rtmp_params rp = {.url = srv->p.push_url,
+                             .width = lp.width,
+                             .height = lp.height,
+                             .fps = lp.fps,
+                             .sample_rate = lp.sample_rate,
+                             .video_qp = lp.video_qp,
+                             .x264_preset = lp.x264_preset,
+                             .on_link = on_link,
+                             .user = srv};
   return fc_rtmp_sink_create(&rp, err);
 }
 
@@ -103,7 +110,8 @@ static int push_state(fc_server *srv, fc_sink_link *l, fc_sink_stats *st) {
 }
 
 void fc_push_json(fc_server *srv, GString *o) {
-  g_string_append_printf(o, ",\"transport\":\"%s\"", is_webrtc(&srv->p) ? "webrtc" : srv->p.transport);
+  g_string_append_printf(o, ",\"transport\":\"%s\"",
+                         is_webrtc(&srv->p) ? "webrtc" : srv->p.transport);
   fc_sink_link l;
   fc_sink_stats st;
   if (!push_state(srv, &l, &st)) return;

@@ -117,9 +117,9 @@ fc_session *fc_session_new_id(fc_server *srv, fc_avatar *av, const char *owner, 
     goto fail;
   }
   if (id) g_strlcpy(s->id, id, sizeof s->id);
-  /* A random (version 4) UUID, as LiveTalking's own ids: clients only echo it back, and
-   * whoever knows it may act on the session, so it comes from the kernel's generator. */
-  else do {
+  /* Otherwise a random (version 4) UUID, as LiveTalking's own ids: clients only echo it back,
+   * and whoever knows it may act on the session, so it comes from the kernel's generator. */
+  while (!id && (!s->id[0] || g_hash_table_contains(srv->sessions, s->id))) {
     uint8_t r[16];
     if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
       g_mutex_unlock(&srv->lock);
@@ -131,7 +131,7 @@ fc_session *fc_session_new_id(fc_server *srv, fc_avatar *av, const char *owner, 
              "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", r[0], r[1],
              r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12], r[13], r[14],
              r[15]);
-  } while (g_hash_table_contains(srv->sessions, s->id));
+  }
   /* Checked again under the lock: two offers may race for the last place. */
   if ((int)g_hash_table_size(srv->sessions) >= srv->p.max_sessions) {
     g_mutex_unlock(&srv->lock);
