@@ -23,7 +23,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
-from api_test import FAILS, check, multipart  # noqa: E402
+from api_test import FAILS, check, multipart, offer_sdp  # noqa: E402
 
 BIN = sys.argv[1]
 RTMP_MODULE = "/usr/lib/nginx/modules/ngx_rtmp_module.so"  # Debian's libnginx-mod-rtmp
@@ -236,6 +236,14 @@ def cli_and_keys(tmp):
         check(st == 404, f"with keys, no request without one reaches session \"0\" ({st})")
         st, _ = http(port, "DELETE", "/session/0", key=alice)
         check(st == 409, "DELETE /session/0 is refused (the push session lives as long as the server)")
+        # WebRTC viewers beside it
+        st, js = http(port, "POST", "/offer", {"sdp": offer_sdp(), "type": "offer"}, key=bob)
+        sid = js.get("sessionid") if st == 200 and isinstance(js, dict) else None
+        check(sid and sid != "0" and "a=sendonly" in js.get("sdp", "") and health(port)["sessions"] == 2,
+              "/offer still opens a WebRTC session beside session \"0\"")
+        if sid:
+            st, _ = http(port, "DELETE", f"/session/{sid}", key=bob)
+            check(st == 200 and health(port)["sessions"] == 1, "and closes it, session \"0\" staying")
     finally:
         srv.terminate()
         srv.wait(20)
