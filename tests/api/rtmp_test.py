@@ -23,6 +23,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
+import api_test  # noqa: E402
 from api_test import FAILS, check, multipart, offer_sdp  # noqa: E402
 
 BIN = sys.argv[1]
@@ -364,6 +365,7 @@ def main():
             srv.kill()
         nginx.kill()
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(api_test.DATA_DIR, ignore_errors=True)  # made on import, unused here
     if FAILS:
         print(f"{len(FAILS)} failed")
         sys.exit(1)
