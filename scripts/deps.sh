@@ -15,7 +15,11 @@ pkgs=(
   libsoup-3.0-dev libjson-glib-dev libyaml-dev libpocketsphinx-dev pocketsphinx-en-us
   python3-skimage python3-numpy python3-scipy ffmpeg chromium
   glib-networking openssl iproute2 clang libclang-rt-14-dev
+  nginx libnginx-mod-rtmp
 )
+# nginx with its RTMP module is the RTMP server of tests/e2e_rtmp.sh, which starts its own as
+# an ordinary user; Debian's package also sets up the system's nginx service on port 80, which
+# facecast does not use (`systemctl disable --now nginx` where it is not wanted).
 # Node.js 20 (for the browser tests' playwright-core) comes with the machine; Debian's nodejs
 # is 18, too old, so it is installed only where there is no node at all.
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs npm)

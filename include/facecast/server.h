@@ -3,8 +3,9 @@
  * One GLib main loop runs HTTP, WebSocket and SSE (libsoup 3) and never blocks: speech
  * synthesis and uploads are decoded on a worker pool, frames are produced by that pool into
  * each session's small ready queue, and one pacer thread releases a frame per session every
- * 40 ms to its live output (WebRTC) and recorder. The HTTP API is LiveTalking's, so its web
- * clients work unchanged; the page in web/ is served at /. */
+ * 40 ms to its live output (WebRTC, or for the push session an RTMP server) and recorder.
+ * The HTTP API is LiveTalking's, so its web clients work unchanged; the page in web/ is
+ * served at /. */
 #ifndef FACECAST_SERVER_H
 #define FACECAST_SERVER_H
 
@@ -30,6 +31,10 @@ typedef struct fc_server_params {
   const char *web_dir;     /* static files served at /; NULL = the built-in web/ folder */
   const char *record_dir;  /* where recordings go; NULL = a private temporary folder */
   int quiet;               /* no per-session fps log lines */
+  /* How sessions leave: NULL/"webrtc", a viewer per session (/offer, /whep); "rtmp", also
+   * session "0", made at start and pushed to push_url (LiveTalking's --transport rtmp). */
+  const char *transport;
+  const char *push_url;    /* rtmp://host[:port]/app/stream for "rtmp" */
   const char *x264_preset; /* live video encoder preset; NULL = superfast (see live.h) */
   int opus_complexity;     /* live audio encoder, 1..10; 0 = FC_LIVE_OPUS_COMPLEXITY */
   const char *tls_cert;    /* PEM certificate and key: serve HTTPS/WSS (both or neither) */

@@ -27,7 +27,9 @@ static void serve_usage(FILE *f) {
         "                      [--tts-ref-text TEXT] [--tts-lang LANG] [--tts-rate HZ]\n"
         "                      [--tts-timeout S] [--tts-edge-version V] [--asr PROVIDER]\n"
         "                      [--asr-url URL] [--asr-model M] [--asr-lang L] [--asr-timeout S]\n"
-        "                      [--barge-in on|off] [--vad-hangover-ms MS] [--config FILE] [--quiet]\n"
+        "                      [--barge-in on|off] [--vad-hangover-ms MS]\n"
+        "                      [--transport webrtc|rtmp] [--push-url rtmp://HOST/APP/STREAM]\n"
+        "                      [--config FILE] [--quiet]\n"
         "\n"
         "Open http://HOST:PORT/ in a browser, press Connect and type a sentence.\n"
         "Chat (/human type=chat) needs an OpenAI-compatible LLM: --llm-url (default\n"
@@ -42,6 +44,10 @@ static void serve_usage(FILE *f) {
         "default), openai (/audio/transcriptions), funasr (its WebSocket) or none; key from\n"
         "$ASR_API_KEY (openai: else $OPENAI_API_KEY). --barge-in on: the user's speech stops\n"
         "the avatar. --vad-hangover-ms: the silence that ends a spoken turn (500).\n"
+        "--transport rtmp --push-url URL: session \"0\" is made at start and pushed (H.264 +\n"
+        "AAC in FLV) to an RTMP server (nginx-rtmp, SRS), reconnecting by itself; make it\n"
+        "speak with POST /human {\"sessionid\":\"0\",...} (LiveTalking's rtmpapi.html). /offer\n"
+        "still serves WebRTC viewers beside it. Its connection: GET /healthz, \"push\".\n"
         "--config FILE: a YAML file of these options (e.g. 'api_keys: /etc/facecast/keys',\n"
         "'quiet: true', 'media_dir: [/srv/a, /srv/b]'); options given here override it; an\n"
         "empty value ('') leaves an option at its default.\n"
@@ -186,6 +192,8 @@ int fc_cmd_serve(int argc, char **argv) {
                                        {"modelres", required_argument, 0, 1041},
                                        {"customvideo-config", required_argument, 0, 1042},
                                        {"audio-output-device", required_argument, 0, 1043},
+                                       {"transport", required_argument, 0, 1046},
+                                       {"push-url", required_argument, 0, 1047},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   fc_server_params p = fc_server_params_default();
@@ -315,6 +323,8 @@ int fc_cmd_serve(int argc, char **argv) {
                                       "--customvideo_config %s: LiveTalking's custom action videos "
                                       "are not supported (facecast's avatars take clips: avatar "
                                       "create --clip NAME=VIDEO)", optarg));
+    case 1046: p.transport = optarg; break; /* checked by the server (push.c) */
+    case 1047: p.push_url = optarg; break;
     case 'h': serve_usage(stdout); return FC_EXIT_OK;
     default:
       fprintf(stderr, "facecast: error: serve: unknown or incomplete option '%s'\n",

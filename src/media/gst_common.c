@@ -1,4 +1,4 @@
-/* GStreamer plumbing shared by mp4.c and live.c; see gst_common.h. */
+/* GStreamer plumbing shared by mp4.c, live.c and rtmp.c; see gst_common.h. */
 #include "media/gst_common.h"
 
 #include "facecast/error.h"
@@ -43,6 +43,9 @@ const char *fc_gst_package_of(const char *factory) {
       {"rtph264pay", "gstreamer1.0-plugins-good"},
       {"rtpopuspay", "gstreamer1.0-plugins-good"},
       {"webrtcbin", "gstreamer1.0-plugins-bad"},
+      {"rtmp2sink", "gstreamer1.0-plugins-bad"},
+      {"h264parse", "gstreamer1.0-plugins-bad"},
+      {"flvmux", "gstreamer1.0-plugins-good"},
       {"dtlssrtpenc", "gstreamer1.0-plugins-bad"},
       {"nicesrc", "gstreamer1.0-nice"},
       {"queue", "libgstreamer1.0-0"},
@@ -197,4 +200,18 @@ int fc_gst_fill_i420(GstBuffer *buf, const GstVideoInfo *info, const uint8_t *i4
   }
   gst_buffer_unmap(buf, &map);
   return 0;
+}
+
+int fc_gst_add_aac_encoder(GstElement *pipeline, GstElement **out, uint32_t *priming) {
+  static const char *const names[] = {"avenc_aac", "fdkaacenc", "voaacenc", "faac"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    if (!fc_gst_element_available(names[i])) continue;
+    /* FFmpeg's native AAC encoder always starts with one frame of priming (its
+     * initial_padding); the delay of the others is not known here. */
+    *priming = i == 0 ? 1024 : 0;
+    return fc_gst_add_element(pipeline, names[i], "aenc", out);
+  }
+  return fc_error_set(FC_EMEDIA,
+                      "no AAC encoder GStreamer element (tried avenc_aac, fdkaacenc, voaacenc, "
+                      "faac; install gstreamer1.0-libav)");
 }

@@ -1,5 +1,5 @@
 /* Private to src/media: the GStreamer plumbing both pipelines share, the MP4 writer (mp4.c)
- * and the live outputs (live.c). It holds what is the same in the two: initialising
+ * the live outputs (live.c) and the RTMP push (rtmp.c). It holds what is the same in the two: initialising
  * GStreamer once per process, making, adding and linking elements (with a detail that names
  * the package to install), x264's speed preset, the unbounded buffer pools the producers fill,
  * and the first-error slot a bus sync handler fills from GStreamer's threads and the producer
@@ -38,6 +38,13 @@ int fc_gst_element_available(const char *factory);
  * factory is missing (the detail names the package) or the bin refused it. */
 int fc_gst_add_element(GstElement *pipeline, const char *factory, const char *name,
                        GstElement **out);
+
+/* Adds the first AAC encoder found among those known to take mono raw audio (avenc_aac,
+ * fdkaacenc, voaacenc, faac), named "aenc", to pipeline; *priming is its delay in samples at
+ * the start of the stream where it is known (FFmpeg's encoder: one frame, 1024), else 0. The
+ * MP4 writer trims it with an edit list, the RTMP output by its audio timestamps. FC_EMEDIA
+ * naming the package to install when there is none. */
+int fc_gst_add_aac_encoder(GstElement *pipeline, GstElement **out, uint32_t *priming);
 
 /* Links chain[0] → chain[1] → ... → chain[n-1]; FC_EMEDIA naming the pair that would not. */
 int fc_gst_link_chain(GstElement *const *chain, size_t n);

@@ -179,18 +179,6 @@ static GstBusSyncReply on_bus_message(GstBus *bus, GstMessage *msg, gpointer dat
 
 /* ---- construction ---- */
 
-/* The first AAC encoder found among those known to accept mono raw audio. */
-static int add_aac_encoder(GstElement *pipeline, GstElement **out) {
-  static const char *const names[] = {"avenc_aac", "fdkaacenc", "voaacenc", "faac"};
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-    if (fc_gst_element_available(names[i]))
-      return fc_gst_add_element(pipeline, names[i], "aenc", out);
-  }
-  return fc_error_set(FC_EMEDIA,
-                      "no AAC encoder GStreamer element (tried avenc_aac, fdkaacenc, voaacenc, "
-                      "faac; install gstreamer1.0-libav)");
-}
-
 fc_mp4_params fc_mp4_params_default(int width, int height) {
   fc_mp4_params p;
   memset(&p, 0, sizeof p);
@@ -291,7 +279,7 @@ fc_mp4_writer *fc_mp4_writer_create(const char *path, const fc_mp4_params *param
       (rc = fc_gst_add_element(w->pipeline, "audiorate", "arate", &arate)) ||
       (rc = fc_gst_add_element(w->pipeline, "audioconvert", "aconv", &aconv)) ||
       (rc = fc_gst_add_element(w->pipeline, "audioresample", "ares", &ares)) ||
-      (rc = add_aac_encoder(w->pipeline, &aenc)) ||
+      (rc = fc_gst_add_aac_encoder(w->pipeline, &aenc, &w->aac_priming)) ||
       (rc = fc_gst_add_element(w->pipeline, "aacparse", "aparse", &aparse)) ||
       (rc = fc_gst_add_element(w->pipeline, "mp4mux", "mux", &mux)) ||
       (rc = fc_gst_add_element(w->pipeline, "filesink", "sink", &sink)))
@@ -323,13 +311,6 @@ fc_mp4_writer *fc_mp4_writer_create(const char *path, const fc_mp4_params *param
   g_object_set(venc, "bitrate", (guint)p.bitrate_kbps, "threads", (guint)p.threads,
                "key-int-max", (guint)(2 * p.fps), "byte-stream", FALSE, "trellis", FALSE, NULL);
   if (fc_gst_has_property(aenc, "bitrate")) g_object_set(aenc, "bitrate", AAC_BITRATE, NULL);
-  {
-    GstElementFactory *f = gst_element_get_factory(aenc);
-    const char *fname = f ? gst_plugin_feature_get_name(GST_PLUGIN_FEATURE(f)) : "";
-    /* FFmpeg's native AAC encoder always starts with one frame of priming (its
-     * initial_padding); the delay of the other encoders is not known here. */
-    w->aac_priming = strcmp(fname, "avenc_aac") == 0 ? 1024 : 0;
-  }
   g_object_set(sink, "location", path, NULL);
   /* Its default tolerance (40 ms) would let exactly one skipped frame through unfilled; the
    * caller's stamps are sample-exact, so anything over a millisecond is a real gap. Gaps only:

@@ -29,6 +29,21 @@ void fc_sink_destroy(fc_sink *s) {
 
 const char *fc_sink_kind(const fc_sink *s) { return s ? s->ops->kind : "none"; }
 
+int fc_sink_get_link(fc_sink *s, fc_sink_link *out) {
+  memset(out, 0, sizeof *out);
+  if (!s || !s->ops->link) return FC_EUNSUPPORTED;
+  return s->ops->link(s->self, out);
+}
+
+const char *fc_sink_link_state_name(fc_sink_link_state s) {
+  switch (s) {
+  case FC_SINK_LINK_CONNECTING: return "connecting";
+  case FC_SINK_LINK_CONNECTED: return "connected";
+  case FC_SINK_LINK_RETRYING: return "retrying";
+  }
+  return "unknown";
+}
+
 /* ---- the queued sink ---------------------------------------------------------------------- */
 
 typedef struct slot {
@@ -135,8 +150,13 @@ static void q_destroy(void *self) {
   free(q);
 }
 
+/* The inner output's connection, if it has one (it answers from any thread). */
+static int q_link(void *self, fc_sink_link *out) {
+  return fc_sink_get_link(((queued *)self)->inner, out);
+}
+
 static const fc_sink_ops queued_ops = {.kind = "queued", .push = q_push, .stats = q_stats,
-                                       .finish = q_finish, .destroy = q_destroy};
+                                       .finish = q_finish, .destroy = q_destroy, .link = q_link};
 
 fc_sink *fc_sink_queued_create(fc_sink *inner, int width, int height, size_t max_samples, int depth,
                                int *err) {

@@ -1,7 +1,10 @@
 /* Outputs behind one interface: where a stream's frames go — a viewer over WebRTC, an MP4 file,
- * nothing but the encoders (benchmarks), and next RTMP, WHIP and WebSocket. The pacer, the
+ * nothing but the encoders (benchmarks), an RTMP server, and next WHIP and WebSocket. The pacer, the
  * session recorder and the offline render push to whichever they hold the same way; a new
  * output is one ops table (ggml's backends, FFmpeg's muxers), not a change in each of them.
+ *
+ * An output that connects to a server by itself (the RTMP push) also tells how its connection
+ * stands (fc_sink_get_link); the others have no connection of their own to report.
  *
  * A frame is one picture and its audio on one clock: frame `index` shows at index/fps and its
  * n_samples start at first_sample (a session's frames are index × 640 at 16 kHz). Indices and
@@ -40,8 +43,26 @@ typedef struct fc_sink_stats {
   uint64_t frames_encoded, encode_delay_us, frames_encoded_late, keyframes, bytes_out;
 } fc_sink_stats;
 
+/* A pushing output's connection (fc_sink_get_link). */
+typedef enum fc_sink_link_state {
+  FC_SINK_LINK_CONNECTING, /* an attempt is under way */
+  FC_SINK_LINK_CONNECTED,  /* the server took the stream: frames flow */
+  FC_SINK_LINK_RETRYING,   /* the attempt failed or the connection was lost: waiting to retry */
+} fc_sink_link_state;
+
+typedef struct fc_sink_link {
+  fc_sink_link_state state;
+  uint64_t connects;  /* connections made: the first and every reconnection */
+  uint64_t failures;  /* attempts that failed and connections lost */
+  int retry_in_ms;    /* RETRYING: until the next attempt */
+  char error[192];    /* the last failure ("" before any) */
+} fc_sink_link;
+
+/* "connecting", "connected", "retrying" */
+const char *fc_sink_link_state_name(fc_sink_link_state s);
+
 typedef struct fc_sink_ops {
-  const char *kind; /* "webrtc", "null", "mp4", "queued" */
+  const char *kind; /* "webrtc", "null", "mp4", "rtmp", "queued" */
   /* Takes a frame: 0 (also when the output's own policy drops it: counted in its stats), or
    * an FC_E* error (FC_EMEDIA after a pipeline error, FC_EIO, FC_EINVAL). */
   int (*push)(void *self, const fc_sink_frame *f);
@@ -49,6 +70,9 @@ typedef struct fc_sink_ops {
   /* Optional: completes the output (a file's index); 0 or an error. */
   int (*finish)(void *self);
   void (*destroy)(void *self);
+  /* Optional, for an output with a connection of its own: how it stands (out zeroed by the
+   * caller); 0, or FC_EUNSUPPORTED (a wrapper whose inner output has none). Any thread. */
+  int (*link)(void *self, fc_sink_link *out);
 } fc_sink_ops;
 
 typedef struct fc_sink {
@@ -62,6 +86,9 @@ int fc_sink_finish(fc_sink *s);
 /* NULL is a no-op. */
 void fc_sink_destroy(fc_sink *s);
 const char *fc_sink_kind(const fc_sink *s);
+/* The connection of an output that has one: 0, or FC_EUNSUPPORTED (no detail set) for the
+ * others and for NULL. Through a queued sink, its inner output's. */
+int fc_sink_get_link(fc_sink *s, fc_sink_link *out);
 
 /* The outputs' own sinks (see Ownership). */
 struct fc_live;

@@ -58,6 +58,10 @@ static const char *ref_file(const fc_server *srv) {
   return srv->p.tts_ref_audio ? srv->p.tts_ref_audio : srv->p.tts_voice;
 }
 
+static const char *transport(const fc_server *srv) {
+  return srv->p.transport && *srv->p.transport ? srv->p.transport : "webrtc";
+}
+
 static void h_config(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *q,
                      gpointer user) {
   fc_server *srv = user;
@@ -77,9 +81,11 @@ static void h_config(SoupServer *server, SoupServerMessage *msg, const char *pat
   str(b, "REF_FILE", ref_file(srv) ? ref_file(srv) : "");
   str(b, "REF_TEXT", p->tts_ref_text ? p->tts_ref_text : "");
   str(b, "TTS_SERVER", p->tts_url ? p->tts_url : "");
-  str(b, "transport", "webrtc");
+  char shown[600] = "";
+  if (p->push_url && *p->push_url) fc_push_shown_url(p->push_url, shown, sizeof shown);
+  str(b, "transport", transport(srv));
   str(b, "stun", p->stun_server ? p->stun_server : "");
-  str(b, "push_url", "");
+  str(b, "push_url", shown); /* without the stream name: often a streaming service's key */
   num(b, "max_session", p->max_sessions);
   num(b, "listenport", fc_server_port(srv));
   json_builder_set_member_name(b, "customopt");
@@ -132,7 +138,7 @@ static void session_json(JsonBuilder *b, fc_session *s) {
   str(b, "model", model_name(srv));
   str(b, "avatar_id", fc_avatar_id(s->avatar));
   str(b, "REF_FILE", s->ref_audio ? s->ref_audio : ref_file(srv) ? ref_file(srv) : "");
-  str(b, "transport", s->whep ? "whep" : kind && strcmp(kind, "null") ? kind : "webrtc");
+  str(b, "transport", s->push ? transport(srv) : s->whep ? "whep" : kind && strcmp(kind, "null") ? kind : "webrtc");
   num(b, "batch_size", batch_size(srv));
   json_builder_set_member_name(b, "customopt");
   json_builder_begin_array(b);

@@ -171,8 +171,9 @@ fc_session *fc_http_session_find(fc_server *srv, SoupServerMessage *msg, const c
   fc_session *s = fc_session_find(srv, id);
   const char *who = fc_http_owner(msg);
   /* With API keys, a key sees only its own sessions (and no one learns that others exist);
-   * a request without a key (the capability routes) is let through by the id alone. */
-  if (s && srv->keys && who && strcmp(who, s->owner) != 0) {
+   * a request without a key (the capability routes) is let through by the id alone. The push
+   * session's id is no secret ("0"): any key may act on it, and no request without one. */
+  if (s && srv->keys && (s->push ? !who : who && strcmp(who, s->owner) != 0)) {
     fc_session_unref(s);
     s = NULL;
   }

@@ -124,6 +124,7 @@ typedef struct fc_server {
   GThreadPool *say_workers; /* with a TTS service, FC_JOB_SAY runs here: its threads wait on
                              * the network for whole sentences, the compute pool must not */
   struct fc_keys *keys;   /* --api-keys: control routes want a key; NULL: open server */
+  fc_session *push;       /* push.c: the push transport's session "0" (referenced), or NULL */
   GMutex lock;            /* sessions table */
   GHashTable *sessions;   /* id → fc_session* (one reference) */
   GHashTable *recordings; /* session id → fc_recording: its last finished one (main loop) */
@@ -167,6 +168,7 @@ struct fc_session {
   uint64_t serial;   /* 1, 2, ...: names it in logs and /metrics without giving the id away */
   gint64 opened_us;  /* g_get_monotonic_time() at creation */
   int whep;
+  int push;  /* the push transport's session "0" (push.c): made at start, lives until the end */
   int shard; /* the pacer thread that sends its frames */
   int phase; /* which of the pacer's FC_PACER_PHASES slots of a tick it is sent in */
 
@@ -244,6 +246,10 @@ struct fc_session {
  * takes over: released when the session is freed), belonging to the API key named owner
  * (NULL: none). */
 fc_session *fc_session_new(fc_server *srv, fc_avatar *av, const char *owner, int *err);
+/* The same with a given id instead of a random one (the push session's "0"): FC_EBUSY when
+ * a session has it already. */
+fc_session *fc_session_new_id(fc_server *srv, fc_avatar *av, const char *owner, const char *id,
+                              int *err);
 /* The live output's settings for s (size, clock, the server's encoder options; a still
  * avatar gets a constant quantizer, see fc_live_params.video_qp). */
 fc_live_params fc_session_live_params(const fc_server *srv, const fc_session *s, fc_live_kind k);
@@ -335,6 +341,18 @@ fc_avatar *fc_server_avatar_get(fc_server *srv, const char *name, int *err);
 void fc_server_avatar_put(fc_server *srv, fc_avatar *av);
 /* server.c: starts the lip-sync pool over the devices' backends. */
 int fc_server_sched_start(fc_server *srv);
+
+/* push.c: the push transports (--transport rtmp): session "0", made at start, whose output
+ * is pushed to a server instead of answering a viewer. _check refuses a transport or URL it
+ * cannot use (server creation, before anything starts); _start makes the session (nothing
+ * for webrtc); _json appends ,"transport":... and the push output's state to /healthz's data
+ * and _metrics its series. Main loop (start at creation); _json and _metrics from any. */
+int fc_push_check(const fc_server_params *p);
+int fc_push_start(fc_server *srv);
+/* A push URL as logs and the admin API show it: without the stream name (often a key). */
+void fc_push_shown_url(const char *url, char *out, size_t n);
+void fc_push_json(fc_server *srv, GString *out);
+void fc_push_metrics(fc_server *srv, GString *out);
 
 /* pacer.c */
 int fc_pacer_start(fc_server *srv);

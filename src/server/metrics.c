@@ -214,6 +214,7 @@ void fc_metrics_render(fc_server *srv, GString *o, const char *owner) {
   SESSION_FAMILY("facecast_session_keyframes_total", "counter",
                  "Key frames the video encoder made, per session.", "%llu", keyframes);
   g_free(rows);
+  fc_push_metrics(srv, o);
 
   if (!srv->sched) return;
   int nd = srv->n_devs;

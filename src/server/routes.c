@@ -25,14 +25,18 @@ static void h_healthz(SoupServer *server, SoupServerMessage *msg, const char *pa
   char *d = g_strdup_printf(
       "{\"sessions\":%u,\"max_sessions\":%d,\"model\":\"%s\",\"width\":%d,\"height\":%d,"
       "\"mouth\":{\"x\":%d,\"y\":%d,\"w\":%d,\"h\":%d},\"tts\":\"%s\",\"asr\":\"%s\","
-      "\"chat\":%s}",
+      "\"chat\":%s",
       n, srv->p.max_sessions, fc_lipsync_name(srv->lipsync), fc_avatar_width(srv->avatar),
       fc_avatar_height(srv->avatar), (int)(m->cx - m->half_w), (int)(m->cy - 0.05f * m->face_h),
       (int)(2 * m->half_w), (int)(0.2f * m->face_h),
       srv->voice ? fc_voice_name(srv->voice) : "espeak",
       !g_ascii_strcasecmp(asr, "none") ? "none" : srv->asr ? fc_asr_name(srv->asr) : asr,
       srv->llm ? "true" : "false");
-  fc_http_ok(msg, d);
+  GString *o = g_string_new(d);
+  fc_push_json(srv, o); /* the transport, and a push output's connection */
+  g_string_append_c(o, '}');
+  fc_http_ok(msg, o->str);
+  g_string_free(o, TRUE);
   g_free(d);
 }
 

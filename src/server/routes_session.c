@@ -197,6 +197,11 @@ void fc_route_whep(SoupServer *server, SoupServerMessage *msg, const char *path,
       fc_http_error(msg, 404, "unknown session");
       return;
     }
+    if (s->push) { /* not a WHEP resource (and only the server's end closes it) */
+      fc_session_unref(s);
+      fc_http_error(msg, 404, "unknown session");
+      return;
+    }
     fc_session_close(s, "WHEP resource deleted");
     fc_session_unref(s);
     {
@@ -235,6 +240,12 @@ void fc_route_session(SoupServer *server, SoupServerMessage *msg, const char *pa
   fc_session *s = fc_http_session_find(srv, msg, id);
   if (!s) {
     fc_http_error(msg, 404, "unknown session");
+    return;
+  }
+  if (s->push) { /* nothing would make it again: it lives as long as the server */
+    fc_session_unref(s);
+    fc_http_error(msg, 409, "session %s is the push transport's: it lives as long as the server",
+                  id);
     return;
   }
   fc_session_close(s, "deleted");

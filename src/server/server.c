@@ -128,6 +128,10 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
     g_free(srv); /* refused at start, not at the first session */
     return NULL;
   }
+  if ((*err = fc_push_check(&srv->p))) { /* refused at start, as the preset */
+    g_free(srv);
+    return NULL;
+  }
   if (srv->p.width <= 0) srv->p.width = 512, srv->p.height = 512;
   g_mutex_init(&srv->lock);
   g_mutex_init(&srv->asr_lock);
@@ -248,6 +252,7 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
   srv->port = fc_listener_port(srv->listener);
 
   if ((*err = fc_pacer_start(srv))) goto fail;
+  if ((*err = fc_push_start(srv))) goto fail; /* session "0" with --transport rtmp */
   if (srv->keys)
     g_message("API keys: %d from %s; control routes need 'Authorization: Bearer KEY'",
               fc_keys_count(srv->keys), srv->p.api_keys);
@@ -302,6 +307,8 @@ void fc_server_destroy(fc_server *srv) {
     fc_session_close(v, "server stopping");
     fc_session_unref(v);
   }
+  if (srv->push) fc_session_unref(srv->push); /* closed above with the others */
+  srv->push = NULL;
   if (srv->soup) soup_server_disconnect(srv->soup);
   if (srv->say_workers) g_thread_pool_free(srv->say_workers, FALSE, TRUE); /* cancelled */
   if (srv->listen_workers) g_thread_pool_free(srv->listen_workers, FALSE, TRUE);

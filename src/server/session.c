@@ -54,6 +54,11 @@ fc_live_params fc_session_live_params(const fc_server *srv, const fc_session *s,
 }
 
 fc_session *fc_session_new(fc_server *srv, fc_avatar *av, const char *owner, int *err) {
+  return fc_session_new_id(srv, av, owner, NULL, err);
+}
+
+fc_session *fc_session_new_id(fc_server *srv, fc_avatar *av, const char *owner, const char *id,
+                              int *err) {
   fc_session *s = NULL;
   g_mutex_lock(&srv->lock);
   guint n = g_hash_table_size(srv->sessions);
@@ -107,9 +112,15 @@ fc_session *fc_session_new(fc_server *srv, fc_avatar *av, const char *owner, int
       goto fail;
     }
   g_mutex_lock(&srv->lock);
-  /* A random (version 4) UUID, as LiveTalking's own ids: clients only echo it back, and
-   * whoever knows it may act on the session, so it comes from the kernel's generator. */
-  do {
+  if (id && g_hash_table_contains(srv->sessions, id)) {
+    g_mutex_unlock(&srv->lock);
+    *err = fc_error_set(FC_EBUSY, "session '%s' exists already", id);
+    goto fail;
+  }
+  if (id) g_strlcpy(s->id, id, sizeof s->id);
+  /* Otherwise a random (version 4) UUID, as LiveTalking's own ids: clients only echo it back,
+   * and whoever knows it may act on the session, so it comes from the kernel's generator. */
+  while (!id && (!s->id[0] || g_hash_table_contains(srv->sessions, s->id))) {
     uint8_t r[16];
     if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
       g_mutex_unlock(&srv->lock);
@@ -121,7 +132,7 @@ fc_session *fc_session_new(fc_server *srv, fc_avatar *av, const char *owner, int
              "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", r[0], r[1],
              r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12], r[13], r[14],
              r[15]);
-  } while (g_hash_table_contains(srv->sessions, s->id));
+  }
   /* Checked again under the lock: two offers may race for the last place. */
   if ((int)g_hash_table_size(srv->sessions) >= srv->p.max_sessions) {
     g_mutex_unlock(&srv->lock);

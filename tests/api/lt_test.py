@@ -179,13 +179,15 @@ def main():
     # GPT-SoVITS server refuses, so espeak-ng speaks)
     srv, port, log = serve(tmp, ["-c", "config.yaml", "--max_session", "3", "--tts", "gpt-sovits",
                                  "--TTS_SERVER", "http://127.0.0.1:9", "--REF_TEXT", "reference words",
-                                 "--REF_FILE", "ref.wav", "-l", "10", "--data-dir", data])
+                                 "--REF_FILE", "ref.wav", "-l", "10", "--data-dir", data,
+                                 "--push_url", "rtmp://127.0.0.1/live/secretkey"])
     c = Client(port)
     try:
         text = "".join(log)
         check("models/wav2lip.pth" in text, "--model wav2lip without a checkpoint takes models/wav2lip.pth")
         check(".env set OPENAI_API_KEY, LLM_MODEL" in text, "the .env file is read (its names said)")
         check("no effect" in text, "the options without effect say so")
+        check("with webrtc it is ignored" in text, "a push URL with webrtc is said to be ignored, not refused")
 
         st, js, _, _ = c.req("GET", "/api/admin/config")
         cfg = js["data"]["config"] if st == 200 and js.get("code") == 0 else {}
@@ -193,12 +195,13 @@ def main():
               cfg.get("fps") == 25 and cfg.get("avatar_id") == "default" and cfg.get("tts") == "gpt-sovits" and
               cfg.get("REF_FILE") == "ref.wav" and cfg.get("REF_TEXT") == "reference words" and
               cfg.get("TTS_SERVER") == "http://127.0.0.1:9" and cfg.get("transport") == "webrtc" and
-              cfg.get("stun") == "stun://127.0.0.1:3478" and cfg.get("push_url") == "" and
+              cfg.get("stun") == "stun://127.0.0.1:3478" and cfg.get("push_url") == "rtmp://127.0.0.1/live/..." and
               cfg.get("customopt") == [] and cfg.get("modelfile") == "models/wav2lip.pth",
               f"GET /api/admin/config: LiveTalking's keys, the flags over the file ({cfg})")
         check(cfg.get("llm_key") is True and cfg.get("llm_model") == "fake-model" and cfg.get("data_dir") == data,
               "facecast's own settings beside them (secrets as set/unset, the data folder)")
         check(SECRET not in json.dumps(js) and SECRET not in "".join(log), "the .env secret is never shown or logged")
+        check("secretkey" not in json.dumps(js) and "secretkey" not in "".join(log), "nor a push URL's stream name")
 
         # a session as LiveTalking's dashboard makes it; its SSE as LiveTalking documents it
         st, js, _, _ = c.post("/offer", {"sdp": offer_sdp(), "type": "offer"})
