@@ -41,6 +41,8 @@ static void serve_usage(FILE *f) {
         "default), openai (/audio/transcriptions), funasr (its WebSocket) or none; key from\n"
         "$ASR_API_KEY (openai: else $OPENAI_API_KEY). --barge-in on: the user's speech stops\n"
         "the avatar. --vad-hangover-ms: the silence that ends a spoken turn (500).\n"
+        "--avatar: a photo, an avatar id or .fcpack, or a LiveTalking wav2lip avatar folder\n"
+        "(a path, or an id with a folder in data/avatars), imported once into the store.\n"
         "--config FILE: a YAML file of these options (e.g. 'api_keys: /etc/facecast/keys',\n"
         "'quiet: true', 'media_dir: [/srv/a, /srv/b]'); options given here override it.\n",
         f);
@@ -245,6 +247,7 @@ int fc_cmd_serve(int argc, char **argv) {
    * would creep up with every session opened and closed. A few arenas per core are plenty. */
   mallopt(M_ARENA_MAX, 2 * (int)sysconf(_SC_NPROCESSORS_ONLN));
   raise_fd_limit();
+  if ((err = fc_cli_lt_avatar(&p.avatar))) return fc_cli_fail(err); /* a LiveTalking folder */
   fc_server *srv = fc_server_create(&p, &err);
   if (!srv) return fc_cli_fail(err);
   fprintf(stderr, "facecast: serving on %s://%s:%d/ (%d sessions max)\n",

@@ -22,7 +22,7 @@
 #define SMOOTH 5     /* frames in the box-smoothing window (Wav2Lip's T) */
 #define PAD_BOTTOM 10 /* px added below the face box (Wav2Lip's pads 0 10 0 0) */
 
-static int mkdirs(const char *dir) {
+int fc_studio_mkdirs(const char *dir) {
   char tmp[4096];
   snprintf(tmp, sizeof tmp, "%s", dir);
   for (char *p = tmp + 1; *p; p++)
@@ -521,7 +521,7 @@ int fc_studio_create(const fc_studio_params *p, fc_studio_result *res) {
     j.m = &own;
   }
   const char *dir = p->out_dir ? p->out_dir : fc_avatar_dir();
-  if (mkdirs(dir) != 0) {
+  if (fc_studio_mkdirs(dir) != 0) {
     err = fc_error_set(FC_EIO, "%s: cannot create the directory: %s", dir, strerror(errno));
     goto done;
   }

@@ -16,6 +16,9 @@ int fc_quality_measure(const fc_face_models *m, const fc_image *img, fc_quality 
  * with this, so worker threads do not leak them). */
 void fc_quality_thread_free(void);
 
+/* mkdir -p: 0, or -1 with errno set. */
+int fc_studio_mkdirs(const char *dir);
+
 /* A frame's pack entry from its RGB picture, box and 68 landmarks: the picture as I420, the
  * box's crops at each crop size and their mouth/jaw masks (studio.c). Shared by the studio and
  * the LiveTalking import; its buffers are sized by init, nothing is allocated per frame. */
