@@ -306,6 +306,8 @@ static void test_refusals(void) {
   FC_REQUIRE(fc_image_save_png(ROOT "/bad/full_imgs/00000003.png", &small) == 0);
   fc_image_free(&small);
   refused(ROOT "/bad", "", "the frames differ in size");
+  FC_REQUIRE(system("rm -rf " ROOT "/bad/full_imgs") == 0);
+  refused(ROOT "/bad", "", "bad/full_imgs: cannot open the folder");
   snprintf(p, sizeof p, "--id 'no/such id'");
   refused(ROOT "/lt_tuples_p2", p, "avatar id 'no/such id'");
   refused(ROOT "/lt_tuples_p2", "--size 128", "--size '128'");
