@@ -5,6 +5,10 @@
  *       runs the studio (studio.h) with a progress bar on stderr (a tty gets one updating line,
  *       a pipe one line per 10 %); a refusal by the quality gate prints each reason on its own
  *       line and exits 2.
+ *   avatar import DIR [--id NAME] [--size 96|256] [--out-dir DIR]
+ *       a LiveTalking wav2lip avatar folder (full_imgs/, face_imgs/, coords.pkl) as a pack,
+ *       LiveTalking's boxes kept (studio/ltimport.h), with the same progress bar; a folder
+ *       LiveTalking would mis-play is refused with one line and exit code 2.
  *   avatar list [--dir DIR] [--json]
  *   avatar show ID|FILE [--frame N] [--json]
  *       size, frames, crop sizes, clips, the creation report, and per frame the box and the 68
@@ -13,6 +17,7 @@
 #include "core/stale.h"
 #include "facecast/error.h"
 #include "avatar/pack.h"
+#include "studio/ltimport.h"
 #include "studio/studio.h"
 
 #include <dirent.h>
@@ -26,24 +31,41 @@ static void avatar_usage(FILE *f) {
   fputs("usage: facecast avatar create --from VIDEO|IMAGE --id NAME [--size 96|256]\n"
         "                              [--max-size WxH] [--seconds S] [--out-dir DIR]\n"
         "                              [--clip NAME=VIDEO ...]\n"
+        "       facecast avatar import LIVETALKING_DIR [--id NAME] [--size 96|256]\n"
+        "                              [--out-dir DIR]\n"
         "       facecast avatar list [--dir DIR] [--json]\n"
         "       facecast avatar show ID|FILE [--frame N] [--json] [--dir DIR]\n",
         f);
 }
 
+/* The progress shown on stderr: what is being done, and whether stderr is a terminal. */
+typedef struct bar_state {
+  int tty;
+  const char *doing;
+} bar_state;
+
 static void bar(void *user, int pct) {
-  int tty = *(int *)user;
+  const bar_state *b_st = user;
+  int tty = b_st->tty;
   if (tty) {
     char b[41];
     int n = pct * 40 / 100;
     memset(b, '#', (size_t)n);
     memset(b + n, ' ', (size_t)(40 - n));
     b[40] = 0;
-    fprintf(stderr, "\rcreating avatar [%s] %3d%%", b, pct);
+    fprintf(stderr, "\r%s avatar [%s] %3d%%", b_st->doing, b, pct);
     if (pct == 100) fputc('\n', stderr);
   } else if (pct % 10 == 0) {
-    fprintf(stderr, "creating avatar: %d%%\n", pct);
+    fprintf(stderr, "%s avatar: %d%%\n", b_st->doing, pct);
   }
+}
+
+static int parse_crop_size(const char *s, int *out) {
+  char *end;
+  *out = (int)strtol(s, &end, 10);
+  if (*end || (*out != 96 && *out != 256))
+    return fc_error_set(FC_EINVAL, "--size '%s': expected 96 or 256", s);
+  return FC_OK;
 }
 
 static int create(int argc, char **argv) {
@@ -54,7 +76,8 @@ static int create(int argc, char **argv) {
       {"clip", required_argument, 0, 'c'},    {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   fc_studio_params p = {0};
-  int c, tty = isatty(2);
+  int c;
+  bar_state tty = {isatty(2), "creating"};
   optind = 1;
   opterr = 0;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -63,11 +86,7 @@ static int create(int argc, char **argv) {
     case 'f': p.from = optarg; break;
     case 'i': p.id = optarg; break;
     case 's':
-      p.crop_size = (int)strtol(optarg, &end, 10);
-      if (*end || (p.crop_size != 96 && p.crop_size != 256)) {
-        fprintf(stderr, "facecast: error: --size '%s': expected 96 or 256\n", optarg);
-        return FC_EXIT_INPUT;
-      }
+      if (parse_crop_size(optarg, &p.crop_size)) return fc_cli_fail(FC_EINVAL);
       break;
     case 'm':
       if (fc_cli_parse_size(optarg, &p.max_w, &p.max_h)) return fc_cli_fail(FC_EINVAL);
@@ -107,7 +126,7 @@ static int create(int argc, char **argv) {
   /* packs a killed run was writing (core/stale.h) */
   fc_stale_sweep(p.out_dir ? p.out_dir : fc_avatar_dir(), NULL, ".fcpack.tmp.", 0);
   int err = fc_studio_create(&p, &res);
-  if (tty && err) fputc('\n', stderr);
+  if (tty.tty && err) fputc('\n', stderr);
   if (err == FC_ENOFACE && fc_quality_failed(&res.quality)) {
     fprintf(stderr, "facecast: error: %s: the material is not usable:\n", p.from);
     for (int r = 0; r < FC_Q_COUNT; r++)
@@ -122,6 +141,64 @@ static int create(int argc, char **argv) {
   return FC_EXIT_OK;
 }
 
+static int import(int argc, char **argv) {
+  static const struct option opts[] = {{"id", required_argument, 0, 'i'},
+                                       {"size", required_argument, 0, 's'},
+                                       {"out-dir", required_argument, 0, 'o'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  fc_lt_import_params p = {0};
+  bar_state tty = {isatty(2), "importing"};
+  int c, err;
+  optind = 1;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+    case 'i': p.id = optarg; break;
+    case 's':
+      if ((err = parse_crop_size(optarg, &p.crop_size))) return fc_cli_fail(err);
+      break;
+    case 'o': p.out_dir = optarg; break;
+    case 'h': avatar_usage(stdout); return FC_EXIT_OK;
+    default: return fc_cli_bad_option("avatar import", argv);
+    }
+  }
+  if (optind != argc - 1) {
+    fprintf(stderr, "facecast: error: avatar import: give one LiveTalking avatar folder\n");
+    return FC_EXIT_INPUT;
+  }
+  p.dir = argv[optind];
+  p.progress = bar, p.user = &tty;
+  fc_stale_sweep(p.out_dir ? p.out_dir : fc_avatar_dir(), NULL, ".fcpack.tmp.", 0);
+  fc_lt_import_result res;
+  err = fc_lt_import(&p, &res);
+  if (tty.tty && err) fputc('\n', stderr);
+  if (err) return fc_cli_fail(err);
+  printf("avatar %s: %d frames %dx%d from %s (landmarks detected in %d, from the box in %d; "
+         "played forward then backward, as LiveTalking plays it) in %.1f s -> %s\n",
+         res.id, res.frames, res.width, res.height, p.dir, res.detected, res.frames - res.detected,
+         res.seconds_taken, res.path);
+  return FC_EXIT_OK;
+}
+
+int fc_cli_lt_avatar(const char **avatar) {
+  static char id[64]; /* the server keeps pointing at it */
+  bar_state tty = {isatty(2), "importing"};
+  fc_lt_import_params how = {.progress = bar, .user = &tty};
+  int imported = 0;
+  if (!*avatar) return FC_OK;
+  if (fc_lt_is_avatar_dir(*avatar) || fc_avatar_id_valid(*avatar))
+    fc_stale_sweep(fc_avatar_dir(), NULL, ".fcpack.tmp.", 0);
+  int r = fc_lt_avatar_resolve(*avatar, &how, id, sizeof id, &imported);
+  if (r < 0 && tty.tty) fputc('\n', stderr);
+  if (r < 0) return r;
+  if (r == 1) {
+    fprintf(stderr, "facecast: LiveTalking avatar %s %s as avatar %s\n", *avatar,
+            imported ? "imported" : "already imported", id);
+    *avatar = id;
+  }
+  return FC_OK;
+}
 
 static void print_clips(const fc_pack *pk, int json) {
   int nc = fc_pack_clip_count(pk);
@@ -262,6 +339,7 @@ static int show(int argc, char **argv) {
 
 int fc_cmd_avatar(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "create") == 0) return create(argc - 1, argv + 1);
+  if (argc >= 2 && strcmp(argv[1], "import") == 0) return import(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "list") == 0) return list(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "show") == 0) return show(argc - 1, argv + 1);
   if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {

@@ -22,6 +22,11 @@ int fc_cmd_say(int argc, char **argv);
 /* facecast bench pack (bench_pack.c); argv[0] is "pack". */
 int fc_bench_pack(int argc, char **argv);
 
+/* serve --avatar: when *avatar names a LiveTalking wav2lip avatar folder (a path, or an id with
+ * a folder in the store), imports it unless done before (progress on stderr) and points *avatar
+ * at the pack's id. 0 or an error (avatar_cmd.c). */
+int fc_cli_lt_avatar(const char **avatar);
+
 /* Prints "facecast: error: <detail>" for err and returns the exit code it maps to. */
 int fc_cli_fail(int err);
 

@@ -18,7 +18,7 @@ static void render_usage(FILE *f) {
         "  -o, --output OUT  the MP4 to write\n"
         "  --voice V         espeak-ng voice/language for --text (en, en-us, de, fr, ...)\n"
         "  --rate WPM        speaking rate for --text (default 175)\n"
-        "  --size N|WxH      output size, even (default 512)\n"
+        "  --size N|WxH      output size, even (default 512; an avatar pack keeps its own)\n"
         "  --framing F       auto, head (head and shoulders) or full (default auto; head for the\n"
         "                    default avatar)\n"
         "  --model NAME      lip-sync backend: parametric (default, no weights) or wav2lip\n"
@@ -138,7 +138,9 @@ int fc_cmd_render(int argc, char **argv) {
   if ((err = fc_stream_push_speech(st, sp.audio.samples, sp.audio.n, sp.ph, sp.n_ph, NULL))) goto fail;
   fc_stream_end(st);
 
-  fc_mp4_params mp = fc_mp4_params_default(w, h);
+  /* the stream's frames are the avatar's: a pack keeps its own size whatever --size says (a
+   * 480x400 pack written as 512x512 read past each frame) */
+  fc_mp4_params mp = fc_mp4_params_default(fc_avatar_width(av), fc_avatar_height(av));
   if (preset) mp.preset = preset;
   progress pr = {.tty = !quiet && isatty(2), .last_pct = -1, .t0 = fc_cli_now()};
   if ((err = fc_render_to_mp4(st, out, &mp, on_progress, &pr))) goto fail;

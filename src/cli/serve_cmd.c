@@ -48,6 +48,8 @@ static void serve_usage(FILE *f) {
         "AAC in FLV) to an RTMP server (nginx-rtmp, SRS), reconnecting by itself; make it\n"
         "speak with POST /human {\"sessionid\":\"0\",...} (LiveTalking's rtmpapi.html). /offer\n"
         "still serves WebRTC viewers beside it. Its connection: GET /healthz, \"push\".\n"
+        "--avatar: a photo, an avatar id or .fcpack, or a LiveTalking wav2lip avatar folder\n"
+        "(a path, or an id with a folder in data/avatars), imported once into the store.\n"
         "--config FILE: a YAML file of these options (e.g. 'api_keys: /etc/facecast/keys',\n"
         "'quiet: true', 'media_dir: [/srv/a, /srv/b]'); options given here override it; an\n"
         "empty value ('') leaves an option at its default.\n"
@@ -356,6 +358,7 @@ int fc_cmd_serve(int argc, char **argv) {
    * would creep up with every session opened and closed. A few arenas per core are plenty. */
   mallopt(M_ARENA_MAX, 2 * (int)sysconf(_SC_NPROCESSORS_ONLN));
   raise_fd_limit();
+  if ((err = fc_cli_lt_avatar(&p.avatar))) return fc_cli_fail(err); /* a LiveTalking folder */
   fc_server *srv = fc_server_create(&p, &err);
   if (!srv) return fc_cli_fail(err);
   fprintf(stderr, "facecast: serving on %s://%s:%d/ (%d sessions max)\n",

@@ -89,7 +89,7 @@ void fc_st_free(fc_st_tensor *t, size_t n);
 
 enum {
   PV_NONE, PV_BOOL, PV_INT, PV_BIGINT, PV_FLOAT, PV_STR, PV_TUPLE, PV_LIST, PV_DICT,
-  PV_GLOBAL, PV_STORAGE, PV_TENSOR
+  PV_GLOBAL, PV_STORAGE, PV_TENSOR, PV_BYTES, PV_DTYPE
 };
 
 typedef struct pk_storage {
@@ -114,7 +114,7 @@ typedef struct pv {
   union {
     int64_t i;       /* PV_INT, PV_BOOL */
     double f;        /* PV_FLOAT */
-    struct {         /* PV_STR (UTF-8), PV_BIGINT (little-endian two's complement) */
+    struct {         /* PV_STR (UTF-8), PV_BIGINT (little-endian two's complement), PV_BYTES */
       const char *s; /* points into the pickle bytes, not NUL-terminated */
       uint32_t n;
     } str;
@@ -125,6 +125,10 @@ typedef struct pv {
     int global;      /* PV_GLOBAL: one of the pk_global kinds */
     pk_storage *st;  /* PV_STORAGE */
     pk_tensor *t;    /* PV_TENSOR */
+    struct {         /* PV_DTYPE: a numpy integer dtype ('i' or 'u', 1/2/4/8 bytes) */
+      char kind;
+      uint8_t size, big_endian;
+    } dt;
   } u;
 } pv;
 

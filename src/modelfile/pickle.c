@@ -1,6 +1,6 @@
 /* A minimal, safe pickle VM for PyTorch state dicts.
  *
- * What: runs one pickle (protocols 2-4) and returns the object it builds, as a tree of pv values
+ * What: runs one pickle (protocols 2-5) and returns the object it builds, as a tree of pv values
  * (None, bool, int, float, str, tuple, list, dict, storage, tensor). It knows only the opcodes
  * torch.save emits for a state dict (formats.md §3.1) and only these globals:
  *   collections.OrderedDict                 called with () -> an empty dict
@@ -10,6 +10,12 @@
  *   torch._utils._rebuild_parameter[_with_state]  (tensor, ...) -> that tensor
  *   torch[.cuda].{Float,Half,BFloat16,Double,Long,Int,Short,Char,Byte,Bool}Storage
  *                                           only as the class inside a persistent id
+ * and, for plain data that numpy and Python 2-compatible pickles spell as calls (LiveTalking's
+ * coords.pkl holds numpy integers when written from an array):
+ *   numpy.dtype                             ('i8'|'u4'|..., False, True) + BUILD (3, '<'|'>'|'|',
+ *                                            ...) -> an integer dtype (byte order from the state)
+ *   numpy[._]core.multiarray.scalar         (dtype, bytes) -> int
+ *   _codecs.encode                          (str, 'latin1') -> bytes (protocol 2's bytes)
  * Persistent ids ('storage', class, key, location, numel[, view_metadata=None]) become storage
  * records, one per key; the container format (zip or legacy stream) later points them at bytes.
  *
@@ -46,6 +52,9 @@ enum {
   PK_G_REBUILD_V2,
   PK_G_REBUILD_V1,
   PK_G_PARAMETER,
+  PK_G_NP_DTYPE,
+  PK_G_NP_SCALAR,
+  PK_G_CODECS_ENCODE,
   PK_G_STORAGE = 16,
 };
 
@@ -111,6 +120,8 @@ const char *pk_type_name(const pv *v) {
   case PV_GLOBAL: return "class or function";
   case PV_STORAGE: return "storage";
   case PV_TENSOR: return "tensor";
+  case PV_BYTES: return "bytes";
+  case PV_DTYPE: return "numpy dtype";
   default: return "object";
   }
 }
@@ -327,6 +338,14 @@ static int global(run *r, const char *mod, size_t mod_len, const char *name, siz
   int kind = 0;
   if (span_eq(mod, mod_len, "collections") && span_eq(name, name_len, "OrderedDict"))
     kind = PK_G_ODICT;
+  else if (span_eq(mod, mod_len, "numpy") && span_eq(name, name_len, "dtype"))
+    kind = PK_G_NP_DTYPE;
+  else if ((span_eq(mod, mod_len, "numpy.core.multiarray") || /* numpy 1.x */
+            span_eq(mod, mod_len, "numpy._core.multiarray")) && /* numpy 2.x */
+           span_eq(name, name_len, "scalar"))
+    kind = PK_G_NP_SCALAR;
+  else if (span_eq(mod, mod_len, "_codecs") && span_eq(name, name_len, "encode"))
+    kind = PK_G_CODECS_ENCODE;
   else if (span_eq(mod, mod_len, "torch._utils")) {
     if (span_eq(name, name_len, "_rebuild_tensor_v2")) kind = PK_G_REBUILD_V2;
     else if (span_eq(name, name_len, "_rebuild_tensor")) kind = PK_G_REBUILD_V1;
@@ -457,6 +476,81 @@ static int op_persid(run *r) {
   return push(r, v);
 }
 
+/* ---- numpy scalars and protocol 2's bytes: data spelled as calls ---- */
+
+/* numpy.dtype(code, False, True): integer codes only ("i8", "u1", ...). */
+static int np_dtype(run *r, pv **a, uint32_t n, pv **out) {
+  if (n != 3 || a[0]->type != PV_STR) return bad(r, "numpy.dtype needs (code, align, copy)");
+  const char *c = a[0]->u.str.s;
+  uint32_t len = a[0]->u.str.n;
+  int size = len == 2 ? c[1] - '0' : 0;
+  if (len != 2 || (c[0] != 'i' && c[0] != 'u') || (size != 1 && size != 2 && size != 4 && size != 8)) {
+    char q[FC_QUOTE_SIZE];
+    return FAIL(FC_EUNSUPPORTED, "%s: numpy dtype '%s' is not supported (integers only), at byte %zu",
+                r->vm->what, fc_quote(q, c, len), r->base + r->op_pos);
+  }
+  pv *v = new_pv(r, PV_DTYPE);
+  if (!v) return oom(r);
+  v->u.dt.kind = c[0], v->u.dt.size = (uint8_t)size; /* byte order: BUILD's state, else little */
+  *out = v;
+  return FC_OK;
+}
+
+/* BUILD on a dtype: the state tuple's second item is the byte order. */
+static int np_dtype_state(run *r, pv *dt, const pv *state) {
+  if (state->type != PV_TUPLE || state->u.seq.n < 2 || state->u.seq.v[1]->type != PV_STR ||
+      state->u.seq.v[1]->u.str.n != 1 || !strchr("<>|=", state->u.seq.v[1]->u.str.s[0]))
+    return bad(r, "numpy dtype state without a byte order");
+  dt->u.dt.big_endian = state->u.seq.v[1]->u.str.s[0] == '>';
+  return FC_OK;
+}
+
+/* numpy.core.multiarray.scalar(dtype, bytes) -> int. */
+static int np_scalar(run *r, pv **a, uint32_t n, pv **out) {
+  if (n != 2 || a[0]->type != PV_DTYPE || a[1]->type != PV_BYTES ||
+      a[1]->u.str.n != a[0]->u.dt.size)
+    return bad(r, "numpy scalar needs (integer dtype, bytes of its size)");
+  const uint8_t *b = (const uint8_t *)a[1]->u.str.s;
+  int size = a[0]->u.dt.size;
+  uint64_t u = 0;
+  for (int k = 0; k < size; k++) u = u << 8 | b[a[0]->u.dt.big_endian ? k : size - 1 - k];
+  int neg = a[0]->u.dt.kind == 'i' && (u >> (8 * size - 1) & 1);
+  if (neg && size < 8) u |= ~(uint64_t)0 << (8 * size); /* sign-extend */
+  if (!neg && u > INT64_MAX)
+    return FAIL(FC_EUNSUPPORTED, "%s: numpy uint64 %llu does not fit an int64 (byte %zu)",
+                r->vm->what, (unsigned long long)u, r->base + r->op_pos);
+  pv *v = new_pv(r, PV_INT);
+  if (!v) return oom(r);
+  v->u.i = (int64_t)u;
+  *out = v;
+  return FC_OK;
+}
+
+/* _codecs.encode(text, 'latin1'): protocol 2 writes bytes as their Latin-1 text (UTF-8 in the
+ * pickle: each byte is one code point below 256). */
+static int latin1_bytes(run *r, pv **a, uint32_t n, pv **out) {
+  if (n != 2 || a[0]->type != PV_STR || a[1]->type != PV_STR ||
+      (!str_eq(a[1], "latin1") && !str_eq(a[1], "latin-1")))
+    return FAIL(FC_EUNSUPPORTED, "%s: _codecs.encode other than (text, 'latin1') at byte %zu",
+                r->vm->what, r->base + r->op_pos);
+  const uint8_t *s = (const uint8_t *)a[0]->u.str.s;
+  uint32_t len = a[0]->u.str.n, o = 0;
+  uint8_t *d = arena_alloc(r->vm, len ? len : 1);
+  if (!d) return oom(r);
+  for (uint32_t k = 0; k < len; k++) {
+    if (s[k] < 0x80) d[o++] = s[k];
+    else if ((s[k] == 0xC2 || s[k] == 0xC3) && k + 1 < len && (s[k + 1] & 0xC0) == 0x80)
+      d[o++] = (uint8_t)((s[k] & 0x1F) << 6 | (s[k + 1] & 0x3F)), k++;
+    else return bad(r, "_codecs.encode of text that is not Latin-1");
+  }
+  pv *v = new_pv(r, PV_BYTES);
+  if (!v) return oom(r);
+  v->u.str.s = (const char *)d;
+  v->u.str.n = o;
+  *out = v;
+  return FC_OK;
+}
+
 /* ---- REDUCE: the only "calls" are the allowed rebuild functions. ---- */
 
 static int int_tuple(const pv *t, int64_t *out, int *n) {
@@ -543,6 +637,15 @@ static int op_reduce(run *r) {
     if (n < 1 || a[0]->type != PV_TENSOR) return bad(r, "_rebuild_parameter needs a tensor");
     res = a[0];
     break;
+  case PK_G_NP_DTYPE:
+    if ((err = np_dtype(r, a, n, &res))) return err;
+    break;
+  case PK_G_NP_SCALAR:
+    if ((err = np_scalar(r, a, n, &res))) return err;
+    break;
+  case PK_G_CODECS_ENCODE:
+    if ((err = latin1_bytes(r, a, n, &res))) return err;
+    break;
   default:
     return FAIL(FC_EUNSUPPORTED, "%s: pickle calls a storage class (byte %zu)", r->vm->what,
                 r->base + r->op_pos);
@@ -575,7 +678,7 @@ int pk_run(pk_vm *vm, const uint8_t *buf, size_t len, size_t base, int allow_per
     switch (op) {
     case 0x80: /* PROTO */
       if ((err = take(r, 1, &p))) return err;
-      if (p[0] < 2 || p[0] > 4)
+      if (p[0] < 2 || p[0] > 5) /* 5 adds out-of-band buffers, which are refused as opcodes */
         return FAIL(FC_EUNSUPPORTED, "%s: pickle protocol %d is not supported (byte %zu)",
                     vm->what, p[0], base + r->op_pos);
       break;
@@ -654,6 +757,20 @@ int pk_run(pk_vm *vm, const uint8_t *buf, size_t len, size_t base, int allow_per
       err = push(r, v);
       break;
     }
+    case 'C': case 'B': case 0x8e: { /* SHORT_BINBYTES (u8), BINBYTES (u32), BINBYTES8 (u64) */
+      uint64_t n;
+      if ((err = take(r, op == 'C' ? 1 : op == 'B' ? 4 : 8, &p))) return err;
+      n = op == 'C' ? p[0] : op == 'B' ? le32(p) : (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32;
+      if (n > UINT32_MAX || n > r->len - r->pos)
+        return FAIL(FC_EFORMAT, "%s: truncated pickle: bytes at byte %zu need %llu bytes",
+                    vm->what, base + r->op_pos, (unsigned long long)n);
+      if ((err = take(r, (size_t)n, &p))) return err;
+      if (!(v = new_pv(r, PV_BYTES))) return oom(r);
+      v->u.str.s = (const char *)p;
+      v->u.str.n = (uint32_t)n;
+      err = push(r, v);
+      break;
+    }
     case 'K': case 'M': case 'J': { /* BININT1 (u8), BININT2 (u16), BININT (i32) */
       size_t n = op == 'K' ? 1 : op == 'M' ? 2 : 4;
       if ((err = take(r, n, &p))) return err;
@@ -700,9 +817,11 @@ int pk_run(pk_vm *vm, const uint8_t *buf, size_t len, size_t base, int allow_per
       break;
     case 'Q': err = op_persid(r); break;
     case 'R': err = op_reduce(r); break;
-    case 'b': /* BUILD: the state (an OrderedDict's _metadata) is dropped, not applied */
+    case 'b': /* BUILD: a dtype takes its byte order; other states (an OrderedDict's
+               * _metadata) are dropped, not applied */
       if ((err = pop(r, &x))) return err;
       if (vm->sp <= fence(r)) return bad(r, "BUILD without an object");
+      if (vm->stack[vm->sp - 1]->type == PV_DTYPE) err = np_dtype_state(r, vm->stack[vm->sp - 1], x);
       break;
     case 's': /* SETITEM */
       if ((err = pop(r, &x)) || (err = pop(r, &k))) return err;

@@ -22,7 +22,7 @@
 #define SMOOTH 5     /* frames in the box-smoothing window (Wav2Lip's T) */
 #define PAD_BOTTOM 10 /* px added below the face box (Wav2Lip's pads 0 10 0 0) */
 
-static int mkdirs(const char *dir) {
+int fc_studio_mkdirs(const char *dir) {
   char tmp[4096];
   snprintf(tmp, sizeof tmp, "%s", dir);
   for (char *p = tmp + 1; *p; p++)
@@ -190,6 +190,48 @@ static int canceled(const job *j) {
 
 static int add_clips(struct job *j, fc_pack_writer *wr, void *ctx);
 
+int fc_frame_packer_init(fc_frame_packer *fp, int w, int h, int ncrops, const int *crop_size) {
+  memset(fp, 0, sizeof *fp);
+  fp->w = w, fp->h = h, fp->ncrops = ncrops;
+  fp->i420 = malloc((size_t)w * h * 3 / 2);
+  fp->tmp = malloc(256 * 256);
+  if (!fp->i420 || !fp->tmp) goto oom;
+  for (int k = 0; k < ncrops; k++) {
+    int s = fp->crop_size[k] = crop_size[k];
+    if (!(fp->mask[k] = malloc((size_t)s * s)) || fc_image_alloc(&fp->crop[k], s, s)) goto oom;
+  }
+  return FC_OK;
+oom:
+  fc_frame_packer_free(fp);
+  return fc_error_set(FC_ENOMEM, "out of memory");
+}
+
+void fc_frame_packer_free(fc_frame_packer *fp) {
+  for (int k = 0; k < FC_PACK_MAX_CROPS; k++) {
+    free(fp->mask[k]);
+    fc_image_free(&fp->crop[k]);
+  }
+  free(fp->tmp);
+  free(fp->i420);
+  memset(fp, 0, sizeof *fp);
+}
+
+int fc_frame_packer_add(fc_frame_packer *fp, fc_pack_writer *wr, const fc_image *img, fc_rect box,
+                        const fc_point *pts) {
+  size_t ysz = (size_t)fp->w * fp->h;
+  uint8_t *i420 = fp->i420;
+  RAWToI420(img->rgb, img->stride, i420, fp->w, i420 + ysz, fp->w / 2, i420 + ysz + ysz / 4,
+            fp->w / 2, fp->w, fp->h);
+  fc_pack_frame f = {.i420 = i420, .box = box};
+  memcpy(f.landmarks, pts, sizeof f.landmarks);
+  for (int k = 0; k < fp->ncrops; k++) {
+    fc_image_resize_region(img, f.box, &fp->crop[k]);
+    make_mask(f.landmarks, f.box, fp->crop_size[k], fp->mask[k], fp->tmp);
+    f.crop[k] = fp->crop[k].rgb, f.mask[k] = fp->mask[k];
+  }
+  return fc_pack_writer_add_frame(wr, &f);
+}
+
 /* Writes the pack from frames that next_frame() yields (the second pass). */
 static int write_pack(job *j, const char *path, int (*next_frame)(void *ctx, int i, fc_image *img),
                       void *ctx, fc_image *img, const char *meta) {
@@ -197,22 +239,10 @@ static int write_pack(job *j, const char *path, int (*next_frame)(void *ctx, int
                        .frames = j->t.n, .ncrops = j->ncrops};
   snprintf(info.id, sizeof info.id, "%s", j->p->id);
   for (int k = 0; k < j->ncrops; k++) info.crop_size[k] = j->crop_size[k];
-  int err = FC_OK;
-  uint8_t *i420 = malloc((size_t)j->w * j->h * 3 / 2);
-  uint8_t *mask[FC_PACK_MAX_CROPS] = {0}, *tmp = malloc(256 * 256);
-  fc_image crop[FC_PACK_MAX_CROPS] = {0};
+  fc_frame_packer fp;
   fc_pack_writer *wr = NULL;
-  if (!i420 || !tmp) {
-    err = fc_error_set(FC_ENOMEM, "out of memory");
-    goto done;
-  }
-  for (int k = 0; k < j->ncrops; k++) {
-    int s = j->crop_size[k];
-    if (!(mask[k] = malloc((size_t)s * s)) || fc_image_alloc(&crop[k], s, s)) {
-      err = fc_error_set(FC_ENOMEM, "out of memory");
-      goto done;
-    }
-  }
+  int err = fc_frame_packer_init(&fp, j->w, j->h, j->ncrops, j->crop_size);
+  if (err) return err;
   if (!(wr = fc_pack_writer_create(path, &info, meta, &err))) goto done;
   if (j->p->no_replace) fc_pack_writer_no_replace(wr);
   for (int i = 0; i < j->t.n; i++) {
@@ -230,29 +260,16 @@ static int write_pack(job *j, const char *path, int (*next_frame)(void *ctx, int
       err = e;
       goto done;
     }
-    size_t ysz = (size_t)j->w * j->h;
-    RAWToI420(img->rgb, img->stride, i420, j->w, i420 + ysz, j->w / 2, i420 + ysz + ysz / 4,
-              j->w / 2, j->w, j->h);
-    fc_pack_frame f = {.i420 = i420, .box = crop_box(&j->t, i, j->w, j->h)};
-    memcpy(f.landmarks, j->t.pts + (size_t)i * FC_LANDMARKS, sizeof f.landmarks);
-    for (int k = 0; k < j->ncrops; k++) {
-      fc_image_resize_region(img, f.box, &crop[k]);
-      make_mask(f.landmarks, f.box, j->crop_size[k], mask[k], tmp);
-      f.crop[k] = crop[k].rgb, f.mask[k] = mask[k];
-    }
-    if ((err = fc_pack_writer_add_frame(wr, &f))) goto done;
+    if ((err = fc_frame_packer_add(&fp, wr, img, crop_box(&j->t, i, j->w, j->h),
+                                   j->t.pts + (size_t)i * FC_LANDMARKS)))
+      goto done;
     progress(j, 60 + 40 * (i + 1) / j->t.n);
   }
   if (!err && j->nsrc > 0) err = add_clips(j, wr, ctx);
   if (!err) err = fc_pack_writer_finish(wr);
 done:
   fc_pack_writer_destroy(wr);
-  for (int k = 0; k < FC_PACK_MAX_CROPS; k++) {
-    free(mask[k]);
-    fc_image_free(&crop[k]);
-  }
-  free(tmp);
-  free(i420);
+  fc_frame_packer_free(&fp);
   return err;
 }
 
@@ -504,7 +521,7 @@ int fc_studio_create(const fc_studio_params *p, fc_studio_result *res) {
     j.m = &own;
   }
   const char *dir = p->out_dir ? p->out_dir : fc_avatar_dir();
-  if (mkdirs(dir) != 0) {
+  if (fc_studio_mkdirs(dir) != 0) {
     err = fc_error_set(FC_EIO, "%s: cannot create the directory: %s", dir, strerror(errno));
     goto done;
   }
