@@ -15,6 +15,7 @@ pkgs=(
   libsoup-3.0-dev libjson-glib-dev libyaml-dev libpocketsphinx-dev pocketsphinx-en-us
   python3-skimage python3-numpy python3-scipy ffmpeg chromium
   glib-networking openssl iproute2 clang libclang-rt-14-dev
+  coturn
 )
 # Node.js 20 (for the browser tests' playwright-core) comes with the machine; Debian's nodejs
 # is 18, too old, so it is installed only where there is no node at all.

@@ -139,6 +139,7 @@ typedef struct lv_watch_job {
   live_shared *sh;    /* a reference */
   GstElement *webrtc; /* a reference */
   gint64 deadline;    /* for the answer, g_get_monotonic_time() units */
+  int port_min, port_max; /* fc_live_params' ICE port range; 0, 0 = any */
 } lv_watch_job;
 gpointer lv_watch_main(gpointer data);
 
@@ -146,5 +147,6 @@ gpointer lv_watch_main(gpointer data);
 GstCaps *lv_rtp_caps(int video, int pt);
 int lv_link_to_webrtc(GstElement *webrtc, GstElement *pay, GstCaps *caps);
 int lv_negotiate(GstElement *webrtc, GstSDPMessage **offer, const fc_offer_choice *ch);
+int lv_configure_ice(GstElement *webrtc, const fc_live_params *p);
 
 #endif

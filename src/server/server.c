@@ -127,6 +127,10 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
     g_free(srv); /* refused at start, not at the first session */
     return NULL;
   }
+  if ((*err = fc_ice_check(&srv->p))) {
+    g_free(srv);
+    return NULL;
+  }
   if (srv->p.width <= 0) srv->p.width = 512, srv->p.height = 512;
   g_mutex_init(&srv->lock);
   g_mutex_init(&srv->asr_lock);
