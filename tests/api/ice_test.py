@@ -6,7 +6,8 @@ leaves out TCP candidates, GET /api/ice-servers and WHEP's Link headers describe
 and against Debian's coturn (run here as this user on a free port, with a config in a temporary
 folder) the server's own ICE agent allocates a relay candidate with a static TURN user, with
 time-limited credentials, and over turns:// (TLS), but not with a wrong password.
-usage: ice_test.py FACECAST_BINARY  (tests/browser/turn_relay.mjs connects a browser by TURN)"""
+usage: ice_test.py FACECAST_BINARY  (tests/browser/firewall.mjs connects a browser by TURN
+and by ICE-TCP)"""
 import base64
 import hashlib
 import hmac
