@@ -1,8 +1,9 @@
 /* Inside the live output (media/live.h): the state its files share. live.c builds, feeds and
  * tears down the pipeline; live_watch.c holds what GStreamer's threads call (the bus, webrtcbin's
  * and rtpbin's signals, the byte and delay probes) and the watch thread (the answer, the peer's
- * liveness); live_webrtc.c links the payloaders to webrtcbin and negotiates; sdp_offer.c reads
- * the offer. live.c's opening comment is the design note for all of them. */
+ * liveness); live_webrtc.c links the payloaders to webrtcbin, configures its ICE agent and
+ * negotiates; sdp_offer.c reads the offer. live.c's opening comment is the design note for
+ * all of them. */
 #ifndef FC_MEDIA_LIVE_INTERNAL_H
 #define FC_MEDIA_LIVE_INTERNAL_H
 

@@ -1,5 +1,6 @@
 /* A live output and webrtcbin (live_internal.h; the design note is live.c's): the payloaders'
- * links to its transceivers, and the negotiation of the answer. */
+ * links to its transceivers, its ICE agent's ports and transports, and the negotiation of the
+ * answer. */
 #include "media/live_internal.h"
 
 #include "facecast/error.h"
