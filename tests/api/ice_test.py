@@ -40,6 +40,12 @@ def start(*args, env=None):
         os.environ.update(saved)
 
 
+def done(srv):
+    """Stops a server: it must exit 0 (under ASan: no leak, no error)."""
+    st = stop(srv)
+    check(st == 0, f"the server exits 0 on SIGTERM ({st})")
+
+
 def refused(args, env=None, what=""):
     """serve with args must exit 2 at once with a one-line error naming the problem."""
     p = subprocess.run([BIN, "serve", "--port", "0", *args], capture_output=True, text=True,
@@ -147,7 +153,7 @@ def relayed(turn_url, env=None, extra=()):
         st, sdp, _ = answer(Client(port))
         return st == 200 and any(c[3] == "relay" for c in candidates(sdp)), st, time.time() - t
     finally:
-        stop(srv)
+        done(srv)
 
 
 # ---- the checks --------------------------------------------------------------------------------
@@ -192,7 +198,7 @@ def check_ports():
         check(all(len(set(v)) == len(v) for v in by_addr.values()),
               "two sessions never share a port on one address: " + str(by_addr))
     finally:
-        stop(srv)
+        done(srv)
 
     srv, port = start("--ice-ports", f"{lo}-{lo}", "--ice-tcp", "off")
     c = Client(port)
@@ -206,7 +212,7 @@ def check_ports():
         check(is_error(st, js, 503) and "--ice-ports" in js["msg"],
               f"the range used up: 503 naming --ice-ports ({st} {js}, {time.time() - t:.1f} s)")
     finally:
-        stop(srv)
+        done(srv)
 
 
 def check_ice_servers():
@@ -220,7 +226,7 @@ def check_ice_servers():
         st, _, r = answer(c, whep=True)
         check(st == 201 and not r.getheader("Link"), "WHEP without ICE servers: no Link header")
     finally:
-        stop(srv)
+        done(srv)
 
     srv, port = start("--stun", "stun://127.0.0.1:3478", "--turn", "turn://fc:pass%3Aword@127.0.0.1:3478")
     c = Client(port)
@@ -244,7 +250,7 @@ def check_ice_servers():
                               'username="fc"; credential="pass:word"; credential-type="password"',
                   f"{method} /whep: Link headers (RFC 9725) ({st} {links})")
     finally:
-        stop(srv)
+        done(srv)
 
     srv, port = start("--turn", "turns://127.0.0.1:5349", env={"TURN_SECRET": SECRET})
     c = Client(port)
@@ -259,7 +265,7 @@ def check_ice_servers():
               f"$TURN_SECRET: turns only, EXPIRY:facecast, base64(HMAC-SHA1(secret, name)) ({js})")
         check(SECRET not in str(js), "the secret itself is not handed out")
     finally:
-        stop(srv)
+        done(srv)
 
 
 def check_coturn():
