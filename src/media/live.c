@@ -72,8 +72,9 @@
  *
  * Files: this one builds, feeds and tears down the pipeline; live_watch.c holds what
  * GStreamer's threads call and the watch thread; live_webrtc.c links the payloaders to
- * webrtcbin, sets its ICE agent's ports and transports (lv_configure_ice) and negotiates; sdp_offer.c reads the offer and fixes the answer (pure GstSDP);
- * live_internal.h is what they share. Everything GObject/GStreamer stays in src/media, with
+ * webrtcbin, sets its ICE agent's ports and transports (lv_configure_ice) and negotiates;
+ * sdp_offer.c reads the offer and fixes the answer (pure GstSDP); live_internal.h is what they
+ * share. Everything GObject/GStreamer stays in src/media, with
  * gst_common.c for the plumbing shared with mp4.c (initialisation, making and linking
  * elements, x264's preset, buffer pools, the first-error slot). */
 #include "media/live_internal.h"

@@ -120,7 +120,8 @@ static void credentials(const fc_server *srv, const turn_url *t, char **user, ch
     *pass = g_strdup(t->pass ? t->pass : "");
     return;
   }
-  *user = g_strdup_printf("%lld:facecast", (long long)(g_get_real_time() / G_USEC_PER_SEC) + TURN_TTL_S);
+  const long long expiry = g_get_real_time() / G_USEC_PER_SEC + TURN_TTL_S;
+  *user = g_strdup_printf("%lld:facecast", expiry);
   guint8 digest[20];
   gsize len = sizeof digest;
   GHmac *h = g_hmac_new(G_CHECKSUM_SHA1, (const guchar *)secret, strlen(secret));
@@ -166,7 +167,8 @@ typedef struct ice_entry {
 
 static int ice_entries(const fc_server *srv, ice_entry out[3]) {
   int n = 0;
-  if (srv->p.stun_server) out[n++] = (ice_entry){.url = g_strdup_printf("stun:%s", srv->p.stun_server + 7)};
+  if (srv->p.stun_server) /* stun://HOST:PORT (checked at start) */
+    out[n++] = (ice_entry){.url = g_strdup_printf("stun:%s", srv->p.stun_server + 7)};
   turn_url t;
   if (srv->p.turn_server && !parse_turn(srv->p.turn_server, &t)) {
     char *user, *pass;
