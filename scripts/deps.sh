@@ -16,6 +16,7 @@ pkgs=(
   python3-skimage python3-numpy python3-scipy ffmpeg chromium
   glib-networking openssl iproute2 clang libclang-rt-14-dev
   nginx libnginx-mod-rtmp
+  coturn
 )
 # nginx with its RTMP module is the RTMP server of tests/e2e_rtmp.sh, which starts its own as
 # an ordinary user; Debian's package also sets up the system's nginx service on port 80, which

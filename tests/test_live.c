@@ -388,6 +388,7 @@ typedef struct pair {
   cb_log log;
   receiver *r;
   fc_live *l;
+  int ice_port_min, ice_port_max, ice_no_tcp; /* for the output, set before pair_connect */
 } pair;
 
 /* Offer → fc_live_create → answer → receiver; returns 0 with everything set up. */
@@ -400,6 +401,8 @@ static int pair_connect(pair *pr, offer_style style) {
     return -1;
   }
   fc_live_params p = params(FC_LIVE_WEBRTC, &pr->log);
+  p.ice_port_min = pr->ice_port_min, p.ice_port_max = pr->ice_port_max;
+  p.ice_no_tcp = pr->ice_no_tcp;
   int err = 0;
   pr->l = fc_live_create(&p, offer, on_answer, &pr->log, &err);
   g_free(offer);
@@ -487,6 +490,37 @@ static void test_webrtc_loopback(void) {
           atomic_load(&pr.r->video_frames), atomic_load(&pr.r->audio_buffers),
           (unsigned long long)st.bytes_sent, (unsigned long long)st.frames_dropped,
           (unsigned long long)dropped_before);
+  pair_close(&pr);
+}
+
+/* --ice-ports and --ice-tcp off: every candidate of the answer is UDP in the range, and the
+ * peer still connects and decodes. */
+static void test_webrtc_port_range(void) {
+  pair pr;
+  memset(&pr, 0, sizeof pr);
+  pr.ice_port_min = 47311, pr.ice_port_max = 47330, pr.ice_no_tcp = 1;
+  if (pair_connect(&pr, OFFER_BROWSER) != 0) {
+    FC_CHECK(0);
+    if (pr.l || pr.r) pair_close(&pr);
+    return;
+  }
+  int n = 0;
+  for (const char *c = strstr(pr.log.answer, "a=candidate:"); c; c = strstr(c + 1, "a=candidate:")) {
+    char transport[8] = "", addr[64] = "";
+    unsigned port = 0;
+    FC_CHECK_INT(sscanf(c, "a=candidate:%*s %*d %7s %*u %63s %u", transport, addr, &port), ==, 3);
+    FC_CHECK(g_ascii_strcasecmp(transport, "UDP") == 0);
+    FC_CHECK(port >= 47311 && port <= 47330);
+    n++;
+  }
+  FC_CHECK_INT(n, >, 0);
+  int64_t i = 0;
+  for (int k = 0; k < 3 * FPS && !log_wait(&pr.log, &pr.log.connected, 0); k++)
+    FC_CHECK_INT(push_realtime(pr.l, i++, 1), ==, 0);
+  FC_CHECK(log_wait(&pr.log, &pr.log.connected, 0));
+  FC_CHECK_INT(push_realtime(pr.l, i, FPS), ==, 0);
+  g_usleep(300000);
+  FC_CHECK_INT(atomic_load(&pr.r->video_frames), >=, FPS / 2);
   pair_close(&pr);
 }
 
@@ -808,6 +842,14 @@ static void test_bad_params(void) {
   FC_CHECK(fc_live_create(&p, CHROME_OFFER, on_answer, &c, &err) == NULL);
   FC_CHECK_INT(err, ==, FC_EINVAL);
   p = params(FC_LIVE_WEBRTC, &c);
+  p.ice_port_min = 100, p.ice_port_max = 200; /* privileged ports */
+  FC_CHECK(fc_live_create(&p, CHROME_OFFER, on_answer, &c, &err) == NULL);
+  FC_CHECK_INT(err, ==, FC_EINVAL);
+  FC_CHECK(strstr(fc_error_detail(err), "ICE ports 100-200") != NULL);
+  p.ice_port_min = 50010, p.ice_port_max = 50000; /* upside down */
+  FC_CHECK(fc_live_create(&p, CHROME_OFFER, on_answer, &c, &err) == NULL);
+  FC_CHECK_INT(err, ==, FC_EINVAL);
+  p = params(FC_LIVE_WEBRTC, &c);
   FC_CHECK(fc_live_create(&p, CHROME_OFFER, NULL, &c, &err) == NULL); /* no answer callback */
   FC_CHECK_INT(err, ==, FC_EINVAL);
   FC_CHECK_INT(c.answers + c.states, ==, 0);
@@ -1076,6 +1118,7 @@ int main(void) {
   FC_RUN(test_chrome_offer_answer);
   FC_RUN(test_destroy_while_connecting);
   FC_RUN(test_webrtc_loopback);
+  FC_RUN(test_webrtc_port_range);
   FC_RUN(test_webrtc_keyframes);
   FC_RUN(test_webrtc_whep_style);
   gst_deinit();

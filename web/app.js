@@ -136,10 +136,22 @@ function needSession() {
 
 /* ---- connection ---------------------------------------------------------------------------- */
 
-function iceServers() {
-  /* ?stun=stun:host:port (optional; a loopback or LAN server needs none). */
-  const stun = new URLSearchParams(location.search).get('stun');
-  return stun ? [{ urls: stun }] : [];
+/* The peer connection's configuration: the server's ICE servers (GET /api/ice-servers: its
+ * --stun and --turn, TURN with credentials), plus ?stun=stun:host:port; ?relay=1 allows relayed
+ * (TURN) candidates only, which shows whether TURN alone gets the media through. */
+async function rtcConfig() {
+  const q = new URLSearchParams(location.search);
+  let servers = [];
+  try {
+    servers = (await api('/api/ice-servers', undefined, 'GET')).iceServers || [];
+  } catch (e) {
+    log(`ICE servers: ${e.message}; connecting without`);
+  }
+  const stun = q.get('stun');
+  if (stun) servers.push({ urls: stun });
+  const cfg = { iceServers: servers };
+  if (q.get('relay') === '1') cfg.iceTransportPolicy = 'relay';
+  return cfg;
 }
 
 /* Resolves once ICE gathering completes, or after `ms` (the offer then holds what we have). */
@@ -191,7 +203,9 @@ async function connect() {
   clearError();
   state.connecting = true;
   setUi();
-  const conn = new RTCPeerConnection({ iceServers: iceServers() });
+  const cfg = await rtcConfig(); /* never throws */
+  if (pc) throw new Error('already connected (or connecting)');
+  const conn = new RTCPeerConnection(cfg);
   pc = conn;
   const stream = new MediaStream();
   conn.addTransceiver('video', { direction: 'recvonly' });
@@ -673,9 +687,10 @@ const ms = (s) => (typeof s === 'number' ? s * 1000 : null);
 async function readStats(conn) {
   const report = await conn.getStats();
   const raw = { t: performance.now(), video: null, audio: null, pair: null };
-  const pairs = new Map();
+  const pairs = new Map(), candidates = new Map();
   let selectedId = null;
   report.forEach((r) => {
+    if (r.type === 'local-candidate' || r.type === 'remote-candidate') candidates.set(r.id, r);
     if (r.type === 'inbound-rtp' && !r.isRemote) {
       raw[(r.kind || r.mediaType) === 'video' ? 'video' : 'audio'] = r;
     } else if (r.type === 'candidate-pair') {
@@ -689,6 +704,11 @@ async function readStats(conn) {
   if (!raw.pair) {
     for (const p of pairs.values()) if (p.nominated && p.state === 'succeeded') raw.pair = p;
   }
+  const cand = (id) => {
+    const c = id && candidates.get(id);
+    return c ? { type: c.candidateType, protocol: c.protocol, relayProtocol: c.relayProtocol ?? null } : null;
+  };
+  raw.route = raw.pair ? { local: cand(raw.pair.localCandidateId), remote: cand(raw.pair.remoteCandidateId) } : null;
   return raw;
 }
 
@@ -733,6 +753,8 @@ function summarize(raw, prev) {
       audioLevel: a.audioLevel ?? null,
     },
     rttMs: raw.pair ? ms(raw.pair.currentRoundTripTime) : null,
+    /* the selected candidate pair's ends: {type: host|srflx|prflx|relay, protocol: udp|tcp} */
+    route: raw.route,
   };
 }
 

@@ -25,7 +25,14 @@ typedef struct fc_server_params {
   const char *device;      /* where a neural backend runs: "cpu" (default), "cpu-ref" */
   int max_sessions;        /* default 5 (LiveTalking's max_session) */
   const char *stun_server; /* "stun://host:port" or NULL */
-  const char *turn_server; /* "turn://user:pass@host:port" or NULL */
+  const char *turn_server; /* "turn(s)://user:pass@host:port" (or host:port with turn_secret)
+                            * or NULL; also handed to browsers (GET /api/ice-servers, WHEP's
+                            * Link headers) */
+  const char *turn_secret; /* coturn's static-auth-secret: time-limited TURN credentials per
+                            * client and session instead of turn_server's user; NULL = none */
+  int ice_port_min, ice_port_max; /* the UDP/TCP ports of sessions' ICE host candidates
+                            * (--ice-ports MIN-MAX); 0, 0 = any */
+  int ice_no_tcp;          /* no ICE-TCP candidates (--ice-tcp off) */
   const char *cors_origins; /* origins other pages may call from: "*" (NULL, the default, as
                              * LiveTalking), "none", or a comma-separated list of origins */
   const char *web_dir;     /* static files served at /; NULL = the built-in web/ folder */

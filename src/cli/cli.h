@@ -39,6 +39,10 @@ int fc_cli_bad_option(const char *cmd, char **argv);
 /* Parses --opus-complexity: 1..10. */
 int fc_cli_parse_opus_complexity(const char *s, int *out);
 
+/* Parses a port range "MIN-MAX" (e.g. --ice-ports 50000-50100): 1024 <= MIN <= MAX <= 65535,
+ * unprivileged ports only. */
+int fc_cli_parse_port_range(const char *opt, const char *s, int *lo, int *hi);
+
 /* Parses "512" or "640x360" into an even size. */
 int fc_cli_parse_size(const char *s, int *w, int *h);
 

@@ -44,6 +44,18 @@ int fc_cli_parse_opus_complexity(const char *s, int *out) {
   return FC_OK;
 }
 
+int fc_cli_parse_port_range(const char *opt, const char *s, int *lo, int *hi) {
+  char *end, *end2 = NULL;
+  long a = strtol(s, &end, 10), b = -1;
+  if (end != s && *end == '-' && end[1] >= '0' && end[1] <= '9') b = strtol(end + 1, &end2, 10);
+  if (b < 0 || *end2 || a < 1024 || b > 65535 || a > b)
+    return fc_error_set(FC_EINVAL, "%s '%s': expected MIN-MAX, 1024 <= MIN <= MAX <= 65535", opt,
+                        s);
+  *lo = (int)a;
+  *hi = (int)b;
+  return FC_OK;
+}
+
 int fc_cli_parse_size(const char *s, int *w, int *h) {
   char *end;
   long a = strtol(s, &end, 10), b = a;

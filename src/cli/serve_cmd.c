@@ -30,6 +30,7 @@ static void serve_usage(FILE *f) {
         "                      [--barge-in on|off] [--vad-hangover-ms MS]\n"
         "                      [--transport webrtc|rtmp] [--push-url rtmp://HOST/APP/STREAM]\n"
         "                      [--config FILE] [--quiet]\n"
+        "                      [--ice-ports MIN-MAX] [--ice-tcp on|off]\n"
         "\n"
         "Open http://HOST:PORT/ in a browser, press Connect and type a sentence.\n"
         "Chat (/human type=chat) needs an OpenAI-compatible LLM: --llm-url (default\n"
@@ -64,7 +65,12 @@ static void serve_usage(FILE *f) {
         "services, --REF_TEXT, --REF_FILE: the voice for edge/espeak, else the reference audio, --modelfile, --push_url, --stun\n"
         "stun:HOST:PORT, -c, --fps 25); -l/-m/-r, --batch_size, --modelres and\n"
         "--audio_output_device are accepted and have no effect; --model wav2lip without\n"
-        "--checkpoint loads models/wav2lip.pth when it exists.\n",
+        "--checkpoint loads models/wav2lip.pth when it exists.\n"
+        "WebRTC behind firewalls: --ice-ports 50000-50100 keeps each session's media on one\n"
+        "port of that range (UDP, and TCP with --ice-tcp on, the default): open the range.\n"
+        "--turn turn://USER:PASS@HOST:PORT relays through a TURN server (coturn); with\n"
+        "$TURN_SECRET (coturn's static-auth-secret) give turn://HOST:PORT and every client\n"
+        "gets time-limited credentials. Browsers get the servers from GET /api/ice-servers.\n",
         f);
 }
 
@@ -196,6 +202,8 @@ int fc_cmd_serve(int argc, char **argv) {
                                        {"audio-output-device", required_argument, 0, 1043},
                                        {"transport", required_argument, 0, 1046},
                                        {"push-url", required_argument, 0, 1047},
+                                       {"ice-ports", required_argument, 0, 1200},
+                                       {"ice-tcp", required_argument, 0, 1201},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   fc_server_params p = fc_server_params_default();
@@ -327,6 +335,15 @@ int fc_cmd_serve(int argc, char **argv) {
                                       "create --clip NAME=VIDEO)", optarg));
     case 1046: p.transport = optarg; break; /* checked by the server (push.c) */
     case 1047: p.push_url = optarg; break;
+    case 1200:
+      if ((err = fc_cli_parse_port_range("--ice-ports", optarg, &p.ice_port_min, &p.ice_port_max)))
+        return fc_cli_fail(err);
+      break;
+    case 1201:
+      if (strcmp(optarg, "on") && strcmp(optarg, "off"))
+        return fc_cli_fail(fc_error_set(FC_EINVAL, "--ice-tcp '%s': expected on or off", optarg));
+      p.ice_no_tcp = !strcmp(optarg, "off");
+      break;
     case 'h': serve_usage(stdout); return FC_EXIT_OK;
     default:
       fprintf(stderr, "facecast: error: serve: unknown or incomplete option '%s'\n",
@@ -350,6 +367,8 @@ int fc_cmd_serve(int argc, char **argv) {
   const char *asr_key = getenv("ASR_API_KEY");
   if (asr_key && *asr_key) p.asr_key = asr_key;
   else if (p.asr && !g_ascii_strcasecmp(p.asr, "openai")) p.asr_key = env_key;
+  /* coturn's shared secret: time-limited TURN credentials per client (never a flag) */
+  if (getenv("TURN_SECRET") && *getenv("TURN_SECRET")) p.turn_secret = getenv("TURN_SECRET");
   const char *tts_key = getenv("TTS_API_KEY");
   if (tts_key && *tts_key) p.tts_key = tts_key;
   else if (p.tts && !g_ascii_strcasecmp(p.tts, "openai")) p.tts_key = env_key;

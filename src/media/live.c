@@ -72,8 +72,9 @@
  *
  * Files: this one builds, feeds and tears down the pipeline; live_watch.c holds what
  * GStreamer's threads call and the watch thread; live_webrtc.c links the payloaders to
- * webrtcbin and negotiates; sdp_offer.c reads the offer and fixes the answer (pure GstSDP);
- * live_internal.h is what they share. Everything GObject/GStreamer stays in src/media, with
+ * webrtcbin, sets its ICE agent's ports and transports (lv_configure_ice) and negotiates;
+ * sdp_offer.c reads the offer and fixes the answer (pure GstSDP); live_internal.h is what they
+ * share. Everything GObject/GStreamer stays in src/media, with
  * gst_common.c for the plumbing shared with mp4.c (initialisation, making and linking
  * elements, x264's preset, buffer pools, the first-error slot). */
 #include "media/live_internal.h"
@@ -243,6 +244,13 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
   if (p.turn_server && strncmp(p.turn_server, "turn://", 7) != 0 &&
       strncmp(p.turn_server, "turns://", 8) != 0) {
     rc = fc_error_set(FC_EINVAL, "live output: TURN server is not turn(s)://user:pass@host:port");
+    goto fail;
+  }
+  if ((p.ice_port_min || p.ice_port_max) &&
+      (p.ice_port_min < FC_LIVE_ICE_PORT_LO || p.ice_port_max > 65535 ||
+       p.ice_port_min > p.ice_port_max)) {
+    rc = fc_error_set(FC_EINVAL, "live output: ICE ports %d-%d: expected MIN-MAX within %d..65535",
+                      p.ice_port_min, p.ice_port_max, FC_LIVE_ICE_PORT_LO);
     goto fail;
   }
   if (p.kind == FC_LIVE_WEBRTC && !on_answer) {
@@ -424,6 +432,7 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
     g_object_set(l->webrtc, "bundle-policy", GST_WEBRTC_BUNDLE_POLICY_MAX_BUNDLE, NULL);
     if (params->stun_server) g_object_set(l->webrtc, "stun-server", params->stun_server, NULL);
     if (params->turn_server) g_object_set(l->webrtc, "turn-server", params->turn_server, NULL);
+    if ((rc = lv_configure_ice(l->webrtc, &p))) goto fail;
     l->sig_gathering = g_signal_connect_data(l->webrtc, "notify::ice-gathering-state",
                                              G_CALLBACK(lv_on_gathering_state), lv_shared_ref(sh),
                                              lv_shared_unref_closure, 0);
@@ -455,6 +464,8 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
     job->sh = lv_shared_ref(sh);
     job->webrtc = gst_object_ref(l->webrtc);
     job->deadline = g_get_monotonic_time() + ANSWER_TIMEOUT_US;
+    job->port_min = p.ice_port_min;
+    job->port_max = p.ice_port_max;
     GError *e = NULL;
     l->watch_thread = g_thread_try_new("fc-live-watch", lv_watch_main, job, &e);
     if (!l->watch_thread) {

@@ -51,6 +51,9 @@ typedef void (*fc_live_state_cb)(void *user, fc_live_state state);
  * same bit rate, and CPU decides how many sessions a machine holds (docs/BENCHMARKS.md). */
 #define FC_LIVE_X264_PRESET "superfast"
 
+/* The lowest port --ice-ports may name: below are the system's privileged ports. */
+#define FC_LIVE_ICE_PORT_LO 1024
+
 typedef struct fc_live_params {
   fc_live_kind kind;
   int width, height;        /* even */
@@ -66,7 +69,13 @@ typedef struct fc_live_params {
   int x264_threads;         /* default 1: many sessions share the cores */
   int opus_complexity;      /* 1..10; 0 = FC_LIVE_OPUS_COMPLEXITY */
   const char *stun_server;  /* "stun://host:port" or NULL */
-  const char *turn_server;  /* "turn(s)://user:pass@host:port" or NULL */
+  const char *turn_server;  /* "turn(s)://user:pass@host:port" or NULL (user and pass
+                               percent-escaped when they hold ':', as time-limited ones do) */
+  /* The ports the ICE agent's host candidates bind (UDP, and TCP for ICE-TCP's passive
+   * candidates), so that a firewall need open only this range: 0, 0 = any free port; else
+   * FC_LIVE_ICE_PORT_LO <= ice_port_min <= ice_port_max <= 65535. */
+  int ice_port_min, ice_port_max;
+  int ice_no_tcp;           /* 1: UDP candidates only; 0: UDP and TCP (libnice's default) */
   fc_live_state_cb on_state;
   void *user;
 } fc_live_params;

@@ -1,8 +1,9 @@
 /* Inside the live output (media/live.h): the state its files share. live.c builds, feeds and
  * tears down the pipeline; live_watch.c holds what GStreamer's threads call (the bus, webrtcbin's
  * and rtpbin's signals, the byte and delay probes) and the watch thread (the answer, the peer's
- * liveness); live_webrtc.c links the payloaders to webrtcbin and negotiates; sdp_offer.c reads
- * the offer. live.c's opening comment is the design note for all of them. */
+ * liveness); live_webrtc.c links the payloaders to webrtcbin, configures its ICE agent and
+ * negotiates; sdp_offer.c reads the offer. live.c's opening comment is the design note for
+ * all of them. */
 #ifndef FC_MEDIA_LIVE_INTERNAL_H
 #define FC_MEDIA_LIVE_INTERNAL_H
 
@@ -139,6 +140,7 @@ typedef struct lv_watch_job {
   live_shared *sh;    /* a reference */
   GstElement *webrtc; /* a reference */
   gint64 deadline;    /* for the answer, g_get_monotonic_time() units */
+  int port_min, port_max; /* fc_live_params' ICE port range; 0, 0 = any */
 } lv_watch_job;
 gpointer lv_watch_main(gpointer data);
 
@@ -146,5 +148,6 @@ gpointer lv_watch_main(gpointer data);
 GstCaps *lv_rtp_caps(int video, int pt);
 int lv_link_to_webrtc(GstElement *webrtc, GstElement *pay, GstCaps *caps);
 int lv_negotiate(GstElement *webrtc, GstSDPMessage **offer, const fc_offer_choice *ch);
+int lv_configure_ice(GstElement *webrtc, const fc_live_params *p);
 
 #endif

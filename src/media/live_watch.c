@@ -243,7 +243,14 @@ gpointer lv_watch_main(gpointer data) {
     gchar *text = local ? gst_sdp_message_as_text(local->sdp) : NULL;
     g_mutex_lock(&s->cb_lock);
     if (!s->destroyed && s->on_answer) {
-      if (text) {
+      if (text && job->port_max && !strstr(text, "a=candidate:")) {
+        /* libnice found no free port in the range on any address: without a candidate the
+         * peer could never connect, so say why now rather than time out in 30 s */
+        s->on_answer(s->answer_user, NULL,
+                     fc_error_set(FC_EBUSY, "every ICE port (%d-%d) is in use: no session can "
+                                  "be added until one closes (widen --ice-ports)",
+                                  job->port_min, job->port_max));
+      } else if (text) {
         s->on_answer(s->answer_user, text, 0);
       } else {
         /* The callee may read the detail on this thread, as after any failed call. */

@@ -1,5 +1,6 @@
 /* A live output and webrtcbin (live_internal.h; the design note is live.c's): the payloaders'
- * links to its transceivers, and the negotiation of the answer. */
+ * links to its transceivers, its ICE agent's ports and transports, and the negotiation of the
+ * answer. */
 #include "media/live_internal.h"
 
 #include "facecast/error.h"
@@ -151,3 +152,41 @@ out:
   return rc;
 }
 
+
+/* The ICE agent's ports and transports (fc_live_params). webrtcbin hands them to libnice when
+ * a stream starts gathering: nice_agent_set_port_range on the one component (bundle + rtcp-mux)
+ * and the agent's ice-tcp. libnice starts at a random port of the range and walks it, binding
+ * one UDP socket and, with ICE-TCP, one passive TCP listener per local address (its active TCP
+ * candidates connect out from ephemeral ports). GstWebRTCNice has these properties since 1.20
+ * (the ports) and 1.22 (ice-tcp); another ICE implementation may lack them, so each is looked
+ * up before it is set. */
+int lv_configure_ice(GstElement *webrtc, const fc_live_params *p) {
+  GObject *ice = NULL;
+  int rc = FC_OK;
+  if (!p->ice_port_min && !p->ice_port_max && !p->ice_no_tcp) return FC_OK; /* its defaults */
+  g_object_get(webrtc, "ice-agent", &ice, NULL);
+  if (!ice) return fc_error_set(FC_EMEDIA, "webrtcbin has no ICE agent");
+  GObjectClass *k = G_OBJECT_GET_CLASS(ice);
+  if (p->ice_port_min || p->ice_port_max) {
+    if (!g_object_class_find_property(k, "min-rtp-port") ||
+        !g_object_class_find_property(k, "max-rtp-port")) {
+      rc = fc_error_set(FC_EMEDIA, "this GStreamer's ICE agent (%s) cannot limit its ports",
+                        G_OBJECT_TYPE_NAME(ice));
+      goto out;
+    }
+    /* min first: the range starts as 0..65535 and min <= max holds after each step */
+    g_object_set(ice, "min-rtp-port", (guint)p->ice_port_min, NULL);
+    g_object_set(ice, "max-rtp-port", (guint)p->ice_port_max, NULL);
+  }
+  if (p->ice_no_tcp) {
+    if (!g_object_class_find_property(k, "ice-tcp")) {
+      rc = fc_error_set(FC_EMEDIA, "this GStreamer's ICE agent (%s) cannot turn ICE-TCP off",
+                        G_OBJECT_TYPE_NAME(ice));
+      goto out;
+    }
+    g_object_set(ice, "ice-tcp", FALSE, NULL);
+  }
+out:
+  g_object_unref(ice);
+  return rc;
+}

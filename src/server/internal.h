@@ -463,6 +463,18 @@ FC_ROUTE(is_speaking);
 FC_ROUTE(set_audiotype);
 FC_ROUTE(record);
 FC_ROUTE(sse);
+FC_ROUTE(ice_servers);
+
+/* ice.c: the ICE servers (--stun, --turn, $TURN_SECRET) for both ends of a session. */
+/* The options' check at start: 0 or FC_EINVAL with a detail. */
+int fc_ice_check(const fc_server_params *p);
+/* The TURN URL for a new session's ICE agent: params.turn_server, one with fresh time-limited
+ * credentials (also in *owned, to g_free after fc_live_create), or NULL (none; turns://). */
+const char *fc_ice_session_turn(const fc_server *srv, char **owned);
+/* {"iceServers":[...]}, an RTCConfiguration (g_free). */
+char *fc_ice_servers_json(const fc_server *srv);
+/* The same as RFC 9725 Link headers (rel="ice-server"), appended to h. */
+void fc_ice_link_headers(const fc_server *srv, SoupMessageHeaders *h);
 void fc_route_ws_audio(SoupServer *server, SoupServerMessage *msg, const char *path,
                        SoupWebsocketConnection *conn, gpointer user);
 

@@ -100,6 +100,7 @@ void fc_http_register(fc_server *srv) {
                 {"/set_audiotype", fc_route_set_audiotype, 1},
                 {"/record", fc_route_record, 1},
                 {"/sse", fc_route_sse, 1},
+                {"/api/ice-servers", fc_route_ice_servers, 1},
                 {"/metrics", h_metrics, 1},
                 {"/healthz", h_healthz, 0},
                 {NULL, h_static, 0}};

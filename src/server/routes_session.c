@@ -34,6 +34,8 @@ static gboolean deliver_answer(gpointer data) {
     char *loc = g_strdup_printf("/whep/%s", s->id);
     soup_message_headers_replace(soup_server_message_get_response_headers(msg), "Location", loc);
     g_free(loc);
+    /* the ICE servers this client may use (RFC 9725 §4.4), e.g. TURN when UDP is blocked */
+    fc_ice_link_headers(s->srv, soup_server_message_get_response_headers(msg));
     soup_server_message_set_status(msg, 201, NULL);
     soup_server_message_set_response(msg, "application/sdp", SOUP_MEMORY_COPY, a->sdp,
                                      strlen(a->sdp));
@@ -134,12 +136,15 @@ static void start_session(fc_server *srv, SoupServerMessage *msg, const char *sd
   s->offer_msg = g_object_ref(msg);
   soup_server_message_pause(msg);
   fc_live_params lp = fc_session_live_params(srv, s, FC_LIVE_WEBRTC);
+  char *turn; /* time-limited credentials, when so configured */
+  lp.turn_server = fc_ice_session_turn(srv, &turn);
   lp.on_state = on_state;
   lp.user = s;
   /* The callbacks hold no reference: they only run while the output exists, and the session
    * outlives its output (fc_session_close destroys the output before dropping the table's
    * reference; the marshalled events take their own). */
   fc_live *live = fc_live_create(&lp, sdp, on_answer, s, &err);
+  g_free(turn); /* the output keeps no pointer to its parameters' strings */
   if (!live) {
     g_object_unref(s->offer_msg);
     s->offer_msg = NULL;
@@ -211,6 +216,13 @@ void fc_route_whep(SoupServer *server, SoupServerMessage *msg, const char *path,
   }
   if (strcmp(path, "/whep") != 0) {
     fc_http_error(msg, 405, "WHEP: POST /whep, DELETE /whep/{id}");
+    return;
+  }
+  if (fc_http_is_method(msg, "OPTIONS")) { /* a player asking for ICE servers before its offer */
+    SoupMessageHeaders *h = soup_server_message_get_response_headers(msg);
+    fc_ice_link_headers(srv, h);
+    soup_message_headers_replace(h, "Accept-Post", "application/sdp");
+    soup_server_message_set_status(msg, 204, NULL);
     return;
   }
   if (!fc_http_require_method(msg, "POST")) return;

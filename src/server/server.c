@@ -128,7 +128,7 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
     g_free(srv); /* refused at start, not at the first session */
     return NULL;
   }
-  if ((*err = fc_push_check(&srv->p))) { /* refused at start, as the preset */
+  if ((*err = fc_push_check(&srv->p)) || (*err = fc_ice_check(&srv->p))) { /* refused at start */
     g_free(srv);
     return NULL;
   }

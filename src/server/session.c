@@ -49,6 +49,9 @@ fc_live_params fc_session_live_params(const fc_server *srv, const fc_session *s,
                           .video_qp = fc_avatar_frame_count(s->avatar) == 1 ? STILL_QP : 0,
                           .stun_server = srv->p.stun_server,
                           .turn_server = srv->p.turn_server,
+                          .ice_port_min = srv->p.ice_port_min,
+                          .ice_port_max = srv->p.ice_port_max,
+                          .ice_no_tcp = srv->p.ice_no_tcp,
                           .x264_preset = srv->p.x264_preset,
                           .opus_complexity = srv->p.opus_complexity};
 }

@@ -22,14 +22,15 @@ export async function launchBrowser(extraArgs = []) {
 }
 
 /* A fresh context (its own connection pool and permissions) with the page loaded and window.fc
- * ready. Page errors and console errors are collected in page.fcErrors. */
-export async function openPage(browser, url) {
+ * ready (query: the page's options, e.g. '?relay=1'). Page errors and console errors are
+ * collected in page.fcErrors. */
+export async function openPage(browser, url, query = '') {
   const context = await browser.newContext({ permissions: ['microphone'], viewport: { width: 1100, height: 800 } });
   const page = await context.newPage();
   page.fcErrors = [];
   page.on('pageerror', (e) => page.fcErrors.push(`pageerror: ${e.message}`));
   page.on('console', (m) => { if (m.type() === 'error') page.fcErrors.push(`console: ${m.text()}`); });
-  await page.goto(`${url}/`);
+  await page.goto(`${url}/${query}`);
   await page.waitForFunction(() => window.fc && window.fc.state, null, { timeout: 10000 });
   return page;
 }
