@@ -152,7 +152,6 @@ out:
   return rc;
 }
 
-
 /* The offerer's side (a WHIP publisher): create-offer from our two SENDONLY transceivers, the
  * same fixes as an answer's (profile-level-id, which webrtcbin writes for no format it made
  * from caps alone, and a=msid), set-local-description. Gathering starts with the last; the

@@ -28,8 +28,9 @@
  *               muxer stops and the appsrcs, leaky, drop their oldest).
  *   RETRYING    the pipeline is gone; the next attempt comes after a back-off of 1 s,
  *               doubling up to 30 s, back to 1 s once a connection was made.
- * The owner hears of a change (on_link) when a connection is made, when one is lost, and at
- * the first failure after either: a server that is down for an hour is one line, not 120.
+ * The owner hears of a change (on_link, through fc_sink_retry: sink.h) when a connection is
+ * made, when one is lost, and at the first failure after either: a server that is down for an
+ * hour is one line, not 120.
  *
  * Timestamps. Each connection's stream starts at 0 with the first frame pushed on it (its
  * origin): picture `index` is stamped (index − origin)/fps, sample s (s − origin's first
@@ -48,8 +49,9 @@
  * connection that stays slow).
  *
  * Threads: create and destroy on the owner's thread; push (and so every connection change)
- * on the ring's thread; stats and link from any thread (atomics; `lock` for the link and
- * the first error, which the bus sync handler writes from GStreamer's threads). */
+ * on the ring's thread; stats and link from any thread (atomics; the retry's own lock for
+ * the link; `lock` for the first error, which the bus sync handler writes from GStreamer's
+ * threads). */
 #include "media/rtmp.h"
 
 #include "facecast/error.h"
@@ -65,8 +67,6 @@
 
 #define STALL_US (5 * G_TIME_SPAN_SECOND)
 #define POLL_US (100 * G_TIME_SPAN_MILLISECOND)
-#define BACKOFF_FIRST_S 1
-#define BACKOFF_MAX_S 30
 /* Raw pictures appsrc holds before dropping its oldest (320 ms at 25 fps), and sound. */
 #define VIDEO_QUEUE_FRAMES 8
 #define AUDIO_QUEUE_MS 400
@@ -96,16 +96,14 @@ typedef struct rtmp_out {
   int64_t origin;        /* frame index stamped 0 on this connection */
   int64_t origin_sample; /* its first sample */
   int64_t next_sample;   /* the smallest sample accepted next */
-  gint64 attempt_us, poll_us, retry_at_us;
-  int backoff_s;
-  int told_down; /* a failure was reported since the last connection (quiet retries) */
+  gint64 attempt_us, poll_us;
+  fc_sink_retry retry; /* the link, its back-off and its reports (sink.h) */
 
   /* Any thread. */
   _Atomic gint64 progress_us; /* when data last left the muxer */
   _Atomic uint64_t pushed, dropped, bytes_out, encoded, keyframes;
-  GMutex lock;            /* err and link */
+  GMutex lock;            /* err */
   fc_gst_first_error err; /* the current pipeline's first error */
-  fc_sink_link link;
 } rtmp_out;
 
 /* ---- the URL ---- */
@@ -127,16 +125,6 @@ int fc_rtmp_check_url(const char *url) {
 }
 
 /* ---- the connection's state ---- */
-
-static void tell(rtmp_out *r) {
-  if (!r->p.on_link) return;
-  fc_sink_link l;
-  g_mutex_lock(&r->lock);
-  l = r->link;
-  g_mutex_unlock(&r->lock);
-  l.retry_in_ms = l.state == FC_SINK_LINK_RETRYING ? r->backoff_s * 1000 : 0;
-  r->p.on_link(r->p.user, &l);
-}
 
 static GstBusSyncReply on_bus(GstBus *bus, GstMessage *msg, gpointer data) {
   rtmp_out *r = data;
@@ -271,23 +259,14 @@ static int build(rtmp_out *r) {
 }
 
 static void fail(rtmp_out *r, gint64 now, const char *why) {
+  char msg[sizeof r->retry.link.error];
+  g_strlcpy(msg, why, sizeof msg);
   teardown(r);
-  g_mutex_lock(&r->lock);
-  const int was_up = r->link.state == FC_SINK_LINK_CONNECTED;
-  r->link.state = FC_SINK_LINK_RETRYING;
-  r->link.failures++;
-  g_strlcpy(r->link.error, why, sizeof r->link.error);
-  r->retry_at_us = now + (gint64)r->backoff_s * G_TIME_SPAN_SECOND;
-  g_mutex_unlock(&r->lock);
-  if (was_up || !r->told_down) tell(r);
-  r->told_down = 1;
-  r->backoff_s = r->backoff_s * 2 > BACKOFF_MAX_S ? BACKOFF_MAX_S : r->backoff_s * 2;
+  fc_sink_retry_failed(&r->retry, now, msg);
 }
 
 static void attempt(rtmp_out *r, gint64 now) {
-  g_mutex_lock(&r->lock);
-  r->link.state = FC_SINK_LINK_CONNECTING;
-  g_mutex_unlock(&r->lock);
+  fc_sink_retry_attempt(&r->retry);
   r->attempt_us = r->poll_us = now;
   int rc = build(r);
   if (rc) fail(r, now, fc_error_detail(rc));
@@ -310,23 +289,17 @@ static void step(rtmp_out *r, gint64 now) {
   if (r->pipeline) {
     g_mutex_lock(&r->lock);
     const int failed = r->err.code;
-    char why[sizeof r->link.error];
+    char why[sizeof r->retry.link.error];
     g_strlcpy(why, r->err.msg, sizeof why);
-    const fc_sink_link_state st = r->link.state;
     g_mutex_unlock(&r->lock);
+    const fc_sink_link_state st = fc_sink_retry_state(&r->retry);
     if (failed) {
       fail(r, now, why);
     } else if (st == FC_SINK_LINK_CONNECTING && now - r->poll_us >= POLL_US) {
       r->poll_us = now;
       if (wire_bytes(r) > 0) {
-        g_mutex_lock(&r->lock);
-        r->link.state = FC_SINK_LINK_CONNECTED;
-        r->link.connects++;
-        g_mutex_unlock(&r->lock);
         atomic_store_explicit(&r->progress_us, now, memory_order_relaxed);
-        r->backoff_s = BACKOFF_FIRST_S;
-        r->told_down = 0;
-        tell(r);
+        fc_sink_retry_connected(&r->retry);
       } else if (now - r->attempt_us > (gint64)r->p.connect_timeout_ms * 1000) {
         snprintf(why, sizeof why, "rtmp push: the server did not take the stream within %d ms",
                  r->p.connect_timeout_ms);
@@ -337,7 +310,7 @@ static void step(rtmp_out *r, gint64 now) {
       fail(r, now, "rtmp push: the server stopped taking the stream (nothing sent for 5 s)");
     }
   }
-  if (!r->pipeline && now >= r->retry_at_us) attempt(r, now);
+  if (!r->pipeline && fc_sink_retry_due(&r->retry, now)) attempt(r, now);
 }
 
 /* ---- pushing (the ring's thread) ---- */
@@ -404,9 +377,7 @@ static int rtmp_push(void *self, const fc_sink_frame *f) {
     r->have_last = 1;
   }
   step(r, g_get_monotonic_time());
-  g_mutex_lock(&r->lock);
-  const int up = r->link.state == FC_SINK_LINK_CONNECTED;
-  g_mutex_unlock(&r->lock);
+  const int up = fc_sink_retry_state(&r->retry) == FC_SINK_LINK_CONNECTED;
   if (!up || !r->have_last || (r->started && f->index < r->origin)) {
     atomic_fetch_add_explicit(&r->dropped, 1, memory_order_relaxed);
     return 0; /* the output's own policy: not an error for the pusher */
@@ -431,21 +402,14 @@ static void rtmp_stats(void *self, fc_sink_stats *out) {
 }
 
 static int rtmp_link(void *self, fc_sink_link *out) {
-  rtmp_out *r = self;
-  g_mutex_lock(&r->lock);
-  *out = r->link;
-  const gint64 left = r->retry_at_us - g_get_monotonic_time();
-  g_mutex_unlock(&r->lock);
-  out->retry_in_ms = out->state == FC_SINK_LINK_RETRYING && left > 0 ? (int)(left / 1000) : 0;
+  fc_sink_retry_get(&((rtmp_out *)self)->retry, out);
   return FC_OK;
 }
 
 static void rtmp_destroy(void *self) {
   rtmp_out *r = self;
   if (!r) return;
-  g_mutex_lock(&r->lock);
-  const int up = r->link.state == FC_SINK_LINK_CONNECTED;
-  g_mutex_unlock(&r->lock);
+  const int up = fc_sink_retry_state(&r->retry) == FC_SINK_LINK_CONNECTED;
   if (r->pipeline && up) {
     /* Let what is queued go out and the server close the stream cleanly (its recording
      * complete), for a moment at most: a stalled server is not waited for. */
@@ -461,6 +425,7 @@ static void rtmp_destroy(void *self) {
   if (r->vcaps) gst_caps_unref(r->vcaps);
   if (r->acaps) gst_caps_unref(r->acaps);
   g_mutex_clear(&r->lock);
+  fc_sink_retry_clear(&r->retry);
   free(r->last);
   g_free(r->url);
   g_free(r->preset);
@@ -474,12 +439,6 @@ static const fc_sink_ops rtmp_ops = {.kind = "rtmp",
                                      .link = rtmp_link};
 
 /* ---- creation ---- */
-
-static int require(const char *factory) {
-  if (fc_gst_element_available(factory)) return 0;
-  return fc_error_set(FC_EMEDIA, "GStreamer element '%s' is not available (install %s)", factory,
-                      fc_gst_package_of(factory));
-}
 
 fc_sink *fc_rtmp_sink_create(const fc_rtmp_params *params, int *err) {
   int rc;
@@ -510,21 +469,21 @@ fc_sink *fc_rtmp_sink_create(const fc_rtmp_params *params, int *err) {
   }
   if ((rc = fc_live_check_preset(p.x264_preset))) goto fail;
   /* Everything a connection needs, checked now rather than at the first attempt. */
-  if ((rc = fc_gst_init()) || (rc = require("rtmp2sink")) || (rc = require("flvmux")) ||
-      (rc = require("h264parse")) || (rc = require("aacparse")))
+  if ((rc = fc_gst_init()) || (rc = fc_gst_require("rtmp2sink")) ||
+      (rc = fc_gst_require("flvmux")) || (rc = fc_gst_require("h264parse")) ||
+      (rc = fc_gst_require("aacparse")))
     goto fail;
   if (!(r = calloc(1, sizeof *r))) {
     rc = fc_error_set(FC_ENOMEM, "rtmp push: out of memory");
     goto fail;
   }
   g_mutex_init(&r->lock);
+  fc_sink_retry_init(&r->retry, p.on_link, p.user);
   r->sink = (fc_sink){&rtmp_ops, r};
   r->p = p;
   r->url = g_strdup(p.url);
   r->p.url = NULL;
   r->p.x264_preset = r->preset = g_strdup(p.x264_preset);
-  r->backoff_s = BACKOFF_FIRST_S;
-  r->link.state = FC_SINK_LINK_CONNECTING; /* the first frame starts the first attempt */
   r->pic_bytes = (size_t)p.width * p.height * 3 / 2;
   if (!(r->last = malloc(r->pic_bytes))) {
     rc = fc_error_set(FC_ENOMEM, "rtmp push: out of memory");

@@ -4,7 +4,8 @@
  *
  *   the live output as the offerer (media/live.h, offerer = 1):
  *   appsrc (I420) → fcx264enc → constrained baseline → rtph264pay (mode 1) ┐
- *   appsrc (S16LE) → audioresample → opusenc → rtpopuspay ─────────────────┴→ webrtcbin, sendonly
+ *   appsrc (S16LE) → audioresample → opusenc → rtpopuspay ──────────────┴→ webrtcbin
+ *   (both transceivers sendonly)
  *
  * The media side is the WebRTC answerer's pipeline with the roles of the SDP turned round, so
  * the encoders, timestamps, drops, key frames and peer liveness are the same code a viewer
@@ -29,8 +30,9 @@
  *   RETRYING    the live output is gone (its resource DELETEd if the endpoint gave one); the
  *               next attempt after a back-off of 1 s, doubling up to 30 s, back to 1 s once a
  *               connection was made.
- * As the RTMP push does, the owner hears of a change (on_link) when a connection is made, when
- * one is lost, and at the first failure after either: not once per retry.
+ * As the RTMP push does (the same fc_sink_retry, sink.h), the owner hears of a change
+ * (on_link) when a connection is made, when one is lost, and at the first failure after
+ * either: not once per retry.
  *
  * Blocking. The POST and the DELETE are synchronous libsoup calls on the ring's thread, each
  * bounded by http_timeout_s (a new SoupSession per call, so the thread that makes it uses it;
@@ -43,8 +45,9 @@
  * the live output lets the picture stand, as for a viewer.
  *
  * Threads: create and destroy on the owner's thread; push (and every connection change) on the
- * ring's thread; stats and link from any thread (atomics; `lock` for the link, the current
- * live output's figures and the offer handed over by the live output's watch thread). */
+ * ring's thread; stats and link from any thread (atomics; the retry's own lock for the link;
+ * `lock` for the current live output's figures and the offer handed over by the live
+ * output's watch thread). */
 #include "media/whip.h"
 
 #include "facecast/error.h"
@@ -57,10 +60,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BACKOFF_FIRST_S 1
-#define BACKOFF_MAX_S 30
-#define DEFAULT_QUEUE 25         /* 1 s of frames in the ring in front */
-#define MAX_ANSWER (64 * 1024)   /* an SDP answer is a few kB */
+#define DEFAULT_QUEUE 25       /* 1 s of frames in the ring in front */
+#define MAX_ANSWER (64 * 1024) /* an SDP answer is a few kB */
 
 typedef enum { PH_NONE, PH_OFFER, PH_ICE, PH_UP } phase;
 
@@ -75,17 +76,15 @@ typedef struct whip_out {
   /* The connection: the ring's thread only (live also under lock: stats reads it). */
   fc_live *live;
   phase ph;
-  char *location;  /* the resource to DELETE, absolute; NULL: none */
-  gint64 attempt_us, retry_at_us;
-  int backoff_s;
-  int told_down;
+  char *location; /* the resource to DELETE, absolute; NULL: none */
+  gint64 attempt_us;
+  fc_sink_retry retry; /* the link, its back-off and its reports (sink.h) */
 
   /* From the live output's threads. */
   _Atomic int live_state; /* fc_live_state */
-  GMutex lock;            /* link, live, offer, offer_err, the totals */
+  GMutex lock;            /* live, offer, offer_err, the totals */
   char *offer;            /* handed out by the live output's watch thread */
   char offer_err[160];
-  fc_sink_link link;
   fc_sink_stats done; /* the figures of the connections before the current one */
 
   _Atomic uint64_t pushed, dropped;
@@ -105,8 +104,7 @@ int fc_whip_check_url(const char *url) {
   const int ok = u && g_uri_get_host(u) && *g_uri_get_host(u);
   if (u) g_uri_unref(u);
   if (!ok) {
-    int rc = fc_error_set(FC_EINVAL, "push URL '%s': %s", url,
-                          e ? e->message : "no host in it");
+    int rc = fc_error_set(FC_EINVAL, "push URL '%s': %s", url, e ? e->message : "no host in it");
     if (e) g_error_free(e);
     return rc;
   }
@@ -148,8 +146,7 @@ static SoupMessage *request(whip_out *w, const char *method, const char *url) {
 
 static SoupSession *new_session(const whip_out *w) {
   return soup_session_new_with_options("timeout", (guint)w->p.http_timeout_s, "idle-timeout",
-                                       (guint)w->p.http_timeout_s, "user-agent", "facecast",
-                                       NULL);
+                                       (guint)w->p.http_timeout_s, "user-agent", "facecast", NULL);
 }
 
 /* POSTs the offer: 0 with the answer and the resource's absolute URL (NULL if the endpoint
@@ -210,16 +207,6 @@ static void delete_resource(whip_out *w) {
 
 /* ---- the connection's state ---- */
 
-static void tell(whip_out *w) {
-  if (!w->p.on_link) return;
-  fc_sink_link l;
-  g_mutex_lock(&w->lock);
-  l = w->link;
-  g_mutex_unlock(&w->lock);
-  l.retry_in_ms = l.state == FC_SINK_LINK_RETRYING ? w->backoff_s * 1000 : 0;
-  w->p.on_link(w->p.user, &l);
-}
-
 static void add_stats(fc_sink_stats *to, fc_live *l) {
   fc_live_stats ls;
   fc_live_get_stats(l, &ls);
@@ -242,30 +229,18 @@ static void teardown(whip_out *w) {
   g_mutex_unlock(&w->lock);
   fc_live_destroy(l); /* no callback after it */
   delete_resource(w);
-  w->ph = PH_NONE;
-  w->have_last = w->have_last; /* the picture stays for the next connection's first frame */
+  w->ph = PH_NONE; /* the last picture stays, for the next connection's first frame */
 }
 
 static void fail(whip_out *w, gint64 now, const char *why) {
-  char msg[sizeof w->link.error];
+  char msg[sizeof w->retry.link.error];
   g_strlcpy(msg, why, sizeof msg); /* why may be the thread's detail, which teardown reuses */
   teardown(w);
-  g_mutex_lock(&w->lock);
-  const int was_up = w->link.state == FC_SINK_LINK_CONNECTED;
-  w->link.state = FC_SINK_LINK_RETRYING;
-  w->link.failures++;
-  g_strlcpy(w->link.error, msg, sizeof w->link.error);
-  w->retry_at_us = now + (gint64)w->backoff_s * G_TIME_SPAN_SECOND;
-  g_mutex_unlock(&w->lock);
-  if (was_up || !w->told_down) tell(w);
-  w->told_down = 1;
-  w->backoff_s = w->backoff_s * 2 > BACKOFF_MAX_S ? BACKOFF_MAX_S : w->backoff_s * 2;
+  fc_sink_retry_failed(&w->retry, now, msg);
 }
 
 static void attempt(whip_out *w, gint64 now) {
-  g_mutex_lock(&w->lock);
-  w->link.state = FC_SINK_LINK_CONNECTING;
-  g_mutex_unlock(&w->lock);
+  fc_sink_retry_attempt(&w->retry);
   w->attempt_us = now;
   atomic_store(&w->live_state, (int)FC_LIVE_CONNECTING);
   const fc_live_params lp = {.kind = FC_LIVE_WEBRTC,
@@ -327,26 +302,21 @@ static void step(whip_out *w, gint64 now) {
   } else if (w->ph == PH_ICE) {
     if (ls == FC_LIVE_CONNECTED) {
       w->ph = PH_UP;
-      g_mutex_lock(&w->lock);
-      w->link.state = FC_SINK_LINK_CONNECTED;
-      w->link.connects++;
-      g_mutex_unlock(&w->lock);
-      w->backoff_s = BACKOFF_FIRST_S;
-      w->told_down = 0;
-      tell(w);
+      fc_sink_retry_connected(&w->retry);
     } else if (ls == FC_LIVE_FAILED || ls == FC_LIVE_CLOSED) {
       fail(w, now, "whip push: ICE/DTLS with the endpoint failed");
     } else if (now - w->attempt_us > (gint64)w->p.connect_timeout_ms * 1000) {
-      char why[sizeof w->link.error];
+      char why[sizeof w->retry.link.error];
       snprintf(why, sizeof why, "whip push: ICE/DTLS with the endpoint not up within %d ms",
                w->p.connect_timeout_ms);
       fail(w, now, why);
     }
   } else if (w->ph == PH_UP && (ls == FC_LIVE_FAILED || ls == FC_LIVE_CLOSED)) {
-    fail(w, now, ls == FC_LIVE_FAILED ? "whip push: the connection failed"
-                                      : "whip push: the endpoint went away (no RTCP for 5 s)");
+    fail(w, now,
+         ls == FC_LIVE_FAILED ? "whip push: the connection failed"
+                              : "whip push: the endpoint went away (no RTCP for 5 s)");
   }
-  if (w->ph == PH_NONE && now >= w->retry_at_us) attempt(w, now);
+  if (w->ph == PH_NONE && fc_sink_retry_due(&w->retry, now)) attempt(w, now);
 }
 
 /* ---- as an output (the ring's thread) ---- */
@@ -382,12 +352,7 @@ static void whip_stats(void *self, fc_sink_stats *out) {
 }
 
 static int whip_link(void *self, fc_sink_link *out) {
-  whip_out *w = self;
-  g_mutex_lock(&w->lock);
-  *out = w->link;
-  const gint64 left = w->retry_at_us - g_get_monotonic_time();
-  g_mutex_unlock(&w->lock);
-  out->retry_in_ms = out->state == FC_SINK_LINK_RETRYING && left > 0 ? (int)(left / 1000) : 0;
+  fc_sink_retry_get(&((whip_out *)self)->retry, out);
   return FC_OK;
 }
 
@@ -396,6 +361,7 @@ static void whip_destroy(void *self) {
   if (!w) return;
   teardown(w); /* the live output, and the DELETE of its resource */
   g_mutex_clear(&w->lock);
+  fc_sink_retry_clear(&w->retry);
   free(w->last);
   g_free(w->url);
   g_free(w->token);
@@ -411,12 +377,6 @@ static const fc_sink_ops whip_ops = {.kind = "whip",
                                      .link = whip_link};
 
 /* ---- creation ---- */
-
-static int require(const char *factory) {
-  if (fc_gst_element_available(factory)) return 0;
-  return fc_error_set(FC_EMEDIA, "GStreamer element '%s' is not available (install %s)", factory,
-                      fc_gst_package_of(factory));
-}
 
 fc_sink *fc_whip_sink_create(const fc_whip_params *params, int *err) {
   int rc;
@@ -449,14 +409,16 @@ fc_sink *fc_whip_sink_create(const fc_whip_params *params, int *err) {
   }
   if ((rc = fc_live_check_preset(p.x264_preset))) goto fail;
   /* Everything a connection needs, checked now rather than at the first attempt. */
-  if ((rc = fc_gst_init()) || (rc = require("webrtcbin")) || (rc = require("nicesrc")) ||
-      (rc = require("dtlssrtpenc")) || (rc = require("rtph264pay")) || (rc = require("opusenc")))
+  if ((rc = fc_gst_init()) || (rc = fc_gst_require("webrtcbin")) ||
+      (rc = fc_gst_require("nicesrc")) || (rc = fc_gst_require("dtlssrtpenc")) ||
+      (rc = fc_gst_require("rtph264pay")) || (rc = fc_gst_require("opusenc")))
     goto fail;
   if (!(w = calloc(1, sizeof *w))) {
     rc = fc_error_set(FC_ENOMEM, "whip push: out of memory");
     goto fail;
   }
   g_mutex_init(&w->lock);
+  fc_sink_retry_init(&w->retry, p.on_link, p.user);
   w->sink = (fc_sink){&whip_ops, w};
   w->p = p;
   w->url = g_strdup(p.url);
@@ -464,8 +426,6 @@ fc_sink *fc_whip_sink_create(const fc_whip_params *params, int *err) {
   w->preset = g_strdup(p.x264_preset);
   w->stun = p.stun_server ? g_strdup(p.stun_server) : NULL;
   w->p.url = w->p.token = w->p.x264_preset = w->p.stun_server = NULL;
-  w->backoff_s = BACKOFF_FIRST_S;
-  w->link.state = FC_SINK_LINK_CONNECTING; /* the first frame starts the first attempt */
   w->pic_bytes = (size_t)p.width * p.height * 3 / 2;
   if (!(w->last = malloc(w->pic_bytes))) {
     rc = fc_error_set(FC_ENOMEM, "whip push: out of memory");

@@ -24,7 +24,7 @@ typedef struct fc_whip_params {
   /* From the offer's POST to ICE + DTLS up; an endpoint that has not connected by then: retry.
    * Default 10000. */
   int connect_timeout_ms;
-  int http_timeout_s;      /* for each HTTP exchange (the POST, the DELETE); default 5 */
+  int http_timeout_s; /* for each HTTP exchange (the POST, the DELETE); default 5 */
   /* Called on the connection's thread when its state changes (connected, lost, the first
    * failure of a run of attempts), for the owner's log; not for every retry. May be NULL. */
   void (*on_link)(void *user, const fc_sink_link *link);

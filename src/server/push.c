@@ -72,8 +72,7 @@ static void on_link(void *user, const fc_sink_link *l) {
   char url[256];
   fc_push_shown_url(po->url, url, sizeof url);
   if (l->state == FC_SINK_LINK_CONNECTED)
-    g_message("push \"%s\" to %s: connected%s", po->s->id, url,
-              l->connects > 1 ? " again" : "");
+    g_message("push \"%s\" to %s: connected%s", po->s->id, url, l->connects > 1 ? " again" : "");
   else if (l->state == FC_SINK_LINK_RETRYING)
     g_message("push \"%s\" to %s: %s: %s; retrying in %d s, then less often (up to every 30 s) "
               "until it connects",
@@ -122,7 +121,7 @@ static int start_one(fc_server *srv, int k) {
   if (!s) return err;
   s->push = 1;
   s->state = FC_LIVE_CONNECTED; /* not a viewer's connection: there is nothing to wait for */
-  po->s = s; /* the reference fc_session_new_id gave */
+  po->s = s;                    /* the reference fc_session_new_id gave */
   srv->n_push = k + 1;
   fc_sink *out = make_sink(po, &err);
   if (!out) {
@@ -181,15 +180,15 @@ static void one_json(fc_push_out *po, GString *o) {
     return;
   }
   char *e = fc_http_json_quote(l.error);
-  g_string_append_printf(
-      o,
-      "{\"sessionid\":\"%s\",\"state\":\"%s\",\"connects\":%llu,"
-      "\"failures\":%llu,\"retry_in_ms\":%d,\"error\":%s,\"frames_pushed\":%llu,"
-      "\"frames_dropped\":%llu,\"frames_encoded\":%llu,\"bytes_out\":%llu}",
-      po->s->id, fc_sink_link_state_name(l.state), (unsigned long long)l.connects,
-      (unsigned long long)l.failures, l.retry_in_ms, e, (unsigned long long)st.frames_pushed,
-      (unsigned long long)st.frames_dropped, (unsigned long long)st.frames_encoded,
-      (unsigned long long)st.bytes_out);
+  g_string_append_printf(o,
+                         "{\"sessionid\":\"%s\",\"state\":\"%s\",\"connects\":%llu,"
+                         "\"failures\":%llu,\"retry_in_ms\":%d,\"error\":%s,\"frames_pushed\":%llu,"
+                         "\"frames_dropped\":%llu,\"frames_encoded\":%llu,\"bytes_out\":%llu}",
+                         po->s->id, fc_sink_link_state_name(l.state),
+                         (unsigned long long)l.connects, (unsigned long long)l.failures,
+                         l.retry_in_ms, e, (unsigned long long)st.frames_pushed,
+                         (unsigned long long)st.frames_dropped,
+                         (unsigned long long)st.frames_encoded, (unsigned long long)st.bytes_out);
   g_free(e);
 }
 
@@ -232,8 +231,8 @@ void fc_push_metrics(fc_server *srv, GString *o) {
       if (!push_state(&srv->push[k], &l, &st)) continue;
       const unsigned long long v[] = {l.state == FC_SINK_LINK_CONNECTED, l.connects, l.failures,
                                       st.frames_dropped, st.bytes_out};
-      g_string_append_printf(o, "%s{session=\"%s\"} %llu\n", series[i].name,
-                             srv->push[k].s->id, v[i]);
+      g_string_append_printf(o, "%s{session=\"%s\"} %llu\n", series[i].name, srv->push[k].s->id,
+                             v[i]);
     }
   }
 }
