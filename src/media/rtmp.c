@@ -74,7 +74,6 @@
 #define AUDIO_CHUNK_SAMPLES 1024
 #define RTMP_CRF 23       /* x264's quality under the cap, as the live outputs' */
 #define AAC_BITRATE 64000 /* mono speech */
-#define DEFAULT_QUEUE 25  /* 1 s of frames in the ring in front */
 #define EOS_WAIT_US (1 * G_TIME_SPAN_SECOND) /* for the last frames to leave at destroy */
 
 typedef struct rtmp_out {
@@ -198,7 +197,7 @@ static int build(rtmp_out *r) {
   int rc;
   if (!(r->pipeline = gst_pipeline_new("fc-rtmp")))
     return fc_error_set(FC_EMEDIA, "could not create a GStreamer pipeline");
-  const fc_rtmp_params *p = &r->p;
+  const fc_sink_push_params *p = &r->p.out;
   const fc_x264_config xc = {.preset = p->x264_preset,
                              .threads = 1,
                              .keyint = 2 * p->fps,
@@ -300,9 +299,9 @@ static void step(rtmp_out *r, gint64 now) {
       if (wire_bytes(r) > 0) {
         atomic_store_explicit(&r->progress_us, now, memory_order_relaxed);
         fc_sink_retry_connected(&r->retry);
-      } else if (now - r->attempt_us > (gint64)r->p.connect_timeout_ms * 1000) {
+      } else if (now - r->attempt_us > (gint64)r->p.out.connect_timeout_ms * 1000) {
         snprintf(why, sizeof why, "rtmp push: the server did not take the stream within %d ms",
-                 r->p.connect_timeout_ms);
+                 r->p.out.connect_timeout_ms);
         fail(r, now, why);
       }
     } else if (st == FC_SINK_LINK_CONNECTED &&
@@ -323,7 +322,7 @@ static int push_video(rtmp_out *r, const uint8_t *i420, int64_t index) {
     gst_buffer_unref(buf);
     return fc_error_set(FC_EMEDIA, "rtmp push: could not map a video buffer");
   }
-  const guint64 k = (guint64)(index - r->origin), fps = (guint64)r->p.fps;
+  const guint64 k = (guint64)(index - r->origin), fps = (guint64)r->p.out.fps;
   GST_BUFFER_PTS(buf) = gst_util_uint64_scale(k, GST_SECOND, fps);
   GST_BUFFER_DTS(buf) = GST_CLOCK_TIME_NONE;
   GST_BUFFER_DURATION(buf) = gst_util_uint64_scale(k + 1, GST_SECOND, fps) - GST_BUFFER_PTS(buf);
@@ -334,7 +333,7 @@ static int push_video(rtmp_out *r, const uint8_t *i420, int64_t index) {
 }
 
 static int push_audio(rtmp_out *r, const int16_t *pcm, size_t n, int64_t first_sample) {
-  const guint64 rate = (guint64)r->p.sample_rate;
+  const guint64 rate = (guint64)r->p.out.sample_rate;
   const int64_t zero = r->origin_sample + r->priming; /* the sample stamped 0 */
   size_t done = 0;
   if (first_sample < r->next_sample) return 0; /* overlaps what went out: not a clock */
@@ -448,26 +447,8 @@ fc_sink *fc_rtmp_sink_create(const fc_rtmp_params *params, int *err) {
     return NULL;
   }
   fc_rtmp_params p = *params;
-  if (!p.fps) p.fps = 25;
-  if (!p.sample_rate) p.sample_rate = 16000;
-  if (!p.video_kbps) p.video_kbps = 1500;
-  if (!p.queue_frames) p.queue_frames = DEFAULT_QUEUE;
-  if (!p.connect_timeout_ms) p.connect_timeout_ms = 10000;
-  if (!p.x264_preset) p.x264_preset = FC_LIVE_X264_PRESET;
-  if ((rc = fc_rtmp_check_url(p.url))) goto fail;
-  if (p.width <= 0 || p.height <= 0 || (p.width | p.height) & 1 || p.width > 8192 ||
-      p.height > 8192 || p.fps < 1 || p.fps > 240 || p.sample_rate < 8000 ||
-      p.sample_rate > 192000 || p.video_kbps < 1 || p.video_kbps > 100000 || p.video_qp < 0 ||
-      p.video_qp > 51 || p.queue_frames < 1 || p.queue_frames > 1000 ||
-      p.connect_timeout_ms < 100 || p.connect_timeout_ms > 600000) {
-    rc = fc_error_set(FC_EINVAL,
-                      "rtmp push: invalid parameters (%dx%d, fps %d, sample rate %d, "
-                      "%d kbit/s, QP %d, queue %d)",
-                      p.width, p.height, p.fps, p.sample_rate, p.video_kbps, p.video_qp,
-                      p.queue_frames);
+  if ((rc = fc_rtmp_check_url(p.url)) || (rc = fc_sink_push_params_fill(&p.out, "rtmp push")))
     goto fail;
-  }
-  if ((rc = fc_live_check_preset(p.x264_preset))) goto fail;
   /* Everything a connection needs, checked now rather than at the first attempt. */
   if ((rc = fc_gst_init()) || (rc = fc_gst_require("rtmp2sink")) ||
       (rc = fc_gst_require("flvmux")) || (rc = fc_gst_require("h264parse")) ||
@@ -478,19 +459,19 @@ fc_sink *fc_rtmp_sink_create(const fc_rtmp_params *params, int *err) {
     goto fail;
   }
   g_mutex_init(&r->lock);
-  fc_sink_retry_init(&r->retry, p.on_link, p.user);
+  fc_sink_retry_init(&r->retry, p.out.on_link, p.out.user);
   r->sink = (fc_sink){&rtmp_ops, r};
   r->p = p;
   r->url = g_strdup(p.url);
   r->p.url = NULL;
-  r->p.x264_preset = r->preset = g_strdup(p.x264_preset);
-  r->pic_bytes = (size_t)p.width * p.height * 3 / 2;
+  r->p.out.x264_preset = r->preset = g_strdup(p.out.x264_preset);
+  r->pic_bytes = (size_t)p.out.width * p.out.height * 3 / 2;
   if (!(r->last = malloc(r->pic_bytes))) {
     rc = fc_error_set(FC_ENOMEM, "rtmp push: out of memory");
     goto fail;
   }
-  if ((rc = fc_gst_raw_caps(p.width, p.height, p.fps, p.sample_rate, "rtmp push", &r->vinfo,
-                            &r->vcaps, &r->acaps)))
+  if ((rc = fc_gst_raw_caps(p.out.width, p.out.height, p.out.fps, p.out.sample_rate, "rtmp push",
+                            &r->vinfo, &r->vcaps, &r->acaps)))
     goto fail;
   r->vpool =
       fc_gst_make_pool(r->vcaps, (guint)GST_VIDEO_INFO_SIZE(&r->vinfo), VIDEO_QUEUE_FRAMES + 2);
@@ -499,9 +480,10 @@ fc_sink *fc_rtmp_sink_create(const fc_rtmp_params *params, int *err) {
     rc = fc_error_set(FC_EMEDIA, "rtmp push: could not set up buffer pools");
     goto fail;
   }
-  const size_t per_frame = (size_t)(p.sample_rate + p.fps - 1) / (size_t)p.fps;
+  const fc_sink_push_params *o = &p.out;
+  const size_t per_frame = (size_t)(o->sample_rate + o->fps - 1) / (size_t)o->fps;
   fc_sink *q =
-      fc_sink_queued_create(&r->sink, p.width, p.height, 2 * per_frame, p.queue_frames, &rc);
+      fc_sink_queued_create(&r->sink, o->width, o->height, 2 * per_frame, o->queue_frames, &rc);
   if (!q) goto out; /* took r over */
   *err = FC_OK;
   return q;

@@ -1,8 +1,10 @@
-/* Outputs behind one interface (sink.h): the calls, and the queued sink, a bounded ring and a
- * thread in front of another sink. */
+/* Outputs behind one interface (sink.h): the calls, the queued sink (a bounded ring and a
+ * thread in front of another sink), and what the pushing outputs share (their parameters'
+ * defaults and checks, their connection's bookkeeping). */
 #include "media/sink.h"
 
 #include "facecast/error.h"
+#include "media/live.h"
 
 #include <glib.h>
 #include <stdlib.h>
@@ -42,6 +44,28 @@ const char *fc_sink_link_state_name(fc_sink_link_state s) {
   case FC_SINK_LINK_RETRYING: return "retrying";
   }
   return "unknown";
+}
+
+/* ---- what pushing outputs share ---- */
+
+int fc_sink_push_params_fill(fc_sink_push_params *p, const char *who) {
+  if (!p->fps) p->fps = 25;
+  if (!p->sample_rate) p->sample_rate = 16000;
+  if (!p->video_kbps) p->video_kbps = 1500;
+  if (!p->queue_frames) p->queue_frames = 25;
+  if (!p->connect_timeout_ms) p->connect_timeout_ms = 10000;
+  if (!p->x264_preset) p->x264_preset = FC_LIVE_X264_PRESET;
+  if (p->width <= 0 || p->height <= 0 || (p->width | p->height) & 1 || p->width > 8192 ||
+      p->height > 8192 || p->fps < 1 || p->fps > 240 || p->sample_rate < 8000 ||
+      p->sample_rate > 192000 || p->video_kbps < 1 || p->video_kbps > 100000 ||
+      p->video_qp < 0 || p->video_qp > 51 || p->queue_frames < 1 || p->queue_frames > 1000 ||
+      p->connect_timeout_ms < 100 || p->connect_timeout_ms > 600000)
+    return fc_error_set(FC_EINVAL,
+                        "%s: invalid parameters (%dx%d, fps %d, sample rate %d, %d kbit/s, QP %d, "
+                        "queue %d, connect timeout %d ms)",
+                        who, p->width, p->height, p->fps, p->sample_rate, p->video_kbps,
+                        p->video_qp, p->queue_frames, p->connect_timeout_ms);
+  return fc_live_check_preset(p->x264_preset);
 }
 
 /* ---- a pushing output's connection bookkeeping ---- */

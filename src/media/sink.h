@@ -62,6 +62,25 @@ typedef struct fc_sink_link {
 /* "connecting", "connected", "retrying" */
 const char *fc_sink_link_state_name(fc_sink_link_state s);
 
+/* What a pushing output (rtmp.h, whip.h) encodes and how it connects, the same for each. */
+typedef struct fc_sink_push_params {
+  int width, height;       /* even */
+  int fps;                 /* default 25 */
+  int sample_rate;         /* of the pushed PCM; default 16000 */
+  int video_kbps;          /* the video's cap (constant quality under it); default 1500 */
+  int video_qp;            /* 1..51: a constant quantizer instead (a still avatar); 0: CRF */
+  const char *x264_preset; /* NULL: the live outputs' (FC_LIVE_X264_PRESET); borrowed */
+  int queue_frames;        /* frames waiting for the connection's thread; default 25 (1 s) */
+  int connect_timeout_ms;  /* an attempt not connected by then fails (then a retry); 10000 */
+  /* Called on the connection's thread when its state changes (connected, lost, the first
+   * failure of a run of attempts), for the owner's log; not for every retry. May be NULL. */
+  void (*on_link)(void *user, const fc_sink_link *link);
+  void *user;
+} fc_sink_push_params;
+
+/* Fills in p's defaults and checks it: 0, or FC_EINVAL with a detail naming `who`. */
+int fc_sink_push_params_fill(fc_sink_push_params *p, const char *who);
+
 /* A pushing output's connection bookkeeping, the same for each (rtmp.c, whip.c): the link's
  * state and counts, the back-off between attempts (1 s, doubling up to 30 s, back to 1 s once
  * a connection was made), and the owner told of a change (on_link: a connection made, one

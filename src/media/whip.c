@@ -245,12 +245,12 @@ static void attempt(whip_out *w, gint64 now) {
   atomic_store(&w->live_state, (int)FC_LIVE_CONNECTING);
   const fc_live_params lp = {.kind = FC_LIVE_WEBRTC,
                              .offerer = 1,
-                             .width = w->p.width,
-                             .height = w->p.height,
-                             .fps = w->p.fps,
-                             .sample_rate = w->p.sample_rate,
-                             .video_kbps = w->p.video_kbps,
-                             .video_qp = w->p.video_qp,
+                             .width = w->p.out.width,
+                             .height = w->p.out.height,
+                             .fps = w->p.out.fps,
+                             .sample_rate = w->p.out.sample_rate,
+                             .video_kbps = w->p.out.video_kbps,
+                             .video_qp = w->p.out.video_qp,
                              .x264_preset = w->preset,
                              .stun_server = w->stun,
                              .on_state = on_state,
@@ -296,7 +296,7 @@ static void step(whip_out *w, gint64 now) {
       g_free(offer);
     } else if (*err) {
       fail(w, now, err);
-    } else if (now - w->attempt_us > (gint64)w->p.connect_timeout_ms * 1000) {
+    } else if (now - w->attempt_us > (gint64)w->p.out.connect_timeout_ms * 1000) {
       fail(w, now, "whip push: no offer (ICE gathering did not finish)");
     }
   } else if (w->ph == PH_ICE) {
@@ -305,10 +305,10 @@ static void step(whip_out *w, gint64 now) {
       fc_sink_retry_connected(&w->retry);
     } else if (ls == FC_LIVE_FAILED || ls == FC_LIVE_CLOSED) {
       fail(w, now, "whip push: ICE/DTLS with the endpoint failed");
-    } else if (now - w->attempt_us > (gint64)w->p.connect_timeout_ms * 1000) {
+    } else if (now - w->attempt_us > (gint64)w->p.out.connect_timeout_ms * 1000) {
       char why[sizeof w->retry.link.error];
       snprintf(why, sizeof why, "whip push: ICE/DTLS with the endpoint not up within %d ms",
-               w->p.connect_timeout_ms);
+               w->p.out.connect_timeout_ms);
       fail(w, now, why);
     }
   } else if (w->ph == PH_UP && (ls == FC_LIVE_FAILED || ls == FC_LIVE_CLOSED)) {
@@ -386,28 +386,13 @@ fc_sink *fc_whip_sink_create(const fc_whip_params *params, int *err) {
     return NULL;
   }
   fc_whip_params p = *params;
-  if (!p.fps) p.fps = 25;
-  if (!p.sample_rate) p.sample_rate = 16000;
-  if (!p.video_kbps) p.video_kbps = 1500;
-  if (!p.queue_frames) p.queue_frames = DEFAULT_QUEUE;
-  if (!p.connect_timeout_ms) p.connect_timeout_ms = 10000;
   if (!p.http_timeout_s) p.http_timeout_s = 5;
-  if (!p.x264_preset) p.x264_preset = FC_LIVE_X264_PRESET;
-  if ((rc = fc_whip_check_url(p.url))) goto fail;
-  if (p.width <= 0 || p.height <= 0 || (p.width | p.height) & 1 || p.width > 8192 ||
-      p.height > 8192 || p.fps < 1 || p.fps > 240 || p.sample_rate < 8000 ||
-      p.sample_rate > 192000 || p.video_kbps < 1 || p.video_kbps > 100000 || p.video_qp < 0 ||
-      p.video_qp > 51 || p.queue_frames < 1 || p.queue_frames > 1000 ||
-      p.connect_timeout_ms < 100 || p.connect_timeout_ms > 600000 || p.http_timeout_s < 1 ||
-      p.http_timeout_s > 600) {
-    rc = fc_error_set(FC_EINVAL,
-                      "whip push: invalid parameters (%dx%d, fps %d, sample rate %d, "
-                      "%d kbit/s, QP %d, queue %d)",
-                      p.width, p.height, p.fps, p.sample_rate, p.video_kbps, p.video_qp,
-                      p.queue_frames);
+  if ((rc = fc_whip_check_url(p.url)) || (rc = fc_sink_push_params_fill(&p.out, "whip push")))
+    goto fail;
+  if (p.http_timeout_s < 1 || p.http_timeout_s > 600) {
+    rc = fc_error_set(FC_EINVAL, "whip push: HTTP timeout %d s: expected 1..600", p.http_timeout_s);
     goto fail;
   }
-  if ((rc = fc_live_check_preset(p.x264_preset))) goto fail;
   /* Everything a connection needs, checked now rather than at the first attempt. */
   if ((rc = fc_gst_init()) || (rc = fc_gst_require("webrtcbin")) ||
       (rc = fc_gst_require("nicesrc")) || (rc = fc_gst_require("dtlssrtpenc")) ||
@@ -418,22 +403,23 @@ fc_sink *fc_whip_sink_create(const fc_whip_params *params, int *err) {
     goto fail;
   }
   g_mutex_init(&w->lock);
-  fc_sink_retry_init(&w->retry, p.on_link, p.user);
+  fc_sink_retry_init(&w->retry, p.out.on_link, p.out.user);
   w->sink = (fc_sink){&whip_ops, w};
   w->p = p;
   w->url = g_strdup(p.url);
   w->token = p.token && *p.token ? g_strdup(p.token) : NULL;
-  w->preset = g_strdup(p.x264_preset);
+  w->preset = g_strdup(p.out.x264_preset);
   w->stun = p.stun_server ? g_strdup(p.stun_server) : NULL;
-  w->p.url = w->p.token = w->p.x264_preset = w->p.stun_server = NULL;
-  w->pic_bytes = (size_t)p.width * p.height * 3 / 2;
+  w->p.url = w->p.token = w->p.out.x264_preset = w->p.stun_server = NULL;
+  w->pic_bytes = (size_t)p.out.width * p.out.height * 3 / 2;
   if (!(w->last = malloc(w->pic_bytes))) {
     rc = fc_error_set(FC_ENOMEM, "whip push: out of memory");
     goto fail;
   }
-  const size_t per_frame = (size_t)(p.sample_rate + p.fps - 1) / (size_t)p.fps;
+  const fc_sink_push_params *o = &p.out;
+  const size_t per_frame = (size_t)(o->sample_rate + o->fps - 1) / (size_t)o->fps;
   fc_sink *q =
-      fc_sink_queued_create(&w->sink, p.width, p.height, 2 * per_frame, p.queue_frames, &rc);
+      fc_sink_queued_create(&w->sink, o->width, o->height, 2 * per_frame, o->queue_frames, &rc);
   if (!q) goto out; /* took w over */
   *err = FC_OK;
   return q;

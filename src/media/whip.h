@@ -13,22 +13,11 @@
 typedef struct fc_whip_params {
   const char *url;         /* http(s)://host[:port]/path[?query]: the WHIP endpoint; copied */
   const char *token;       /* sent as "Authorization: Bearer TOKEN", never logged; NULL: none */
-  int width, height;       /* even */
-  int fps;                 /* default 25 */
-  int sample_rate;         /* of the pushed PCM; default 16000 */
-  int video_kbps;          /* the video's cap (constant quality under it); default 1500 */
-  int video_qp;            /* 1..51: a constant quantizer instead (a still avatar); 0: CRF */
-  const char *x264_preset; /* NULL: the live outputs' (FC_LIVE_X264_PRESET) */
-  const char *stun_server; /* as fc_live_params' (NULL: host candidates only) */
-  int queue_frames;        /* frames waiting for the connection's thread; default 25 (1 s) */
-  /* From the offer's POST to ICE + DTLS up; an endpoint that has not connected by then: retry.
-   * Default 10000. */
-  int connect_timeout_ms;
-  int http_timeout_s; /* for each HTTP exchange (the POST, the DELETE); default 5 */
-  /* Called on the connection's thread when its state changes (connected, lost, the first
-   * failure of a run of attempts), for the owner's log; not for every retry. May be NULL. */
-  void (*on_link)(void *user, const fc_sink_link *link);
-  void *user;
+  const char *stun_server; /* as fc_live_params' (NULL: host candidates only); copied */
+  int http_timeout_s;      /* for each HTTP exchange (the POST, the DELETE); default 5 */
+  /* The encoding, the queue, on_link; the connection's timeout runs from the offer's POST
+   * to ICE + DTLS up. */
+  fc_sink_push_params out;
 } fc_whip_params;
 
 /* Checks a WHIP endpoint URL as the output will use it: http:// or https:// with a host, no

@@ -83,29 +83,20 @@ static void on_link(void *user, const fc_sink_link *l) {
 static fc_sink *make_sink(fc_push_out *po, int *err) {
   fc_server *srv = po->srv;
   const fc_live_params lp = fc_session_live_params(srv, po->s, FC_LIVE_WEBRTC);
+  const fc_sink_push_params out = {.width = lp.width,
+                                   .height = lp.height,
+                                   .fps = lp.fps,
+                                   .sample_rate = lp.sample_rate,
+                                   .video_qp = lp.video_qp,
+                                   .x264_preset = lp.x264_preset,
+                                   .on_link = on_link,
+                                   .user = po};
   if (is_whip(&srv->p)) {
-    const fc_whip_params wp = {.url = po->url,
-                               .token = g_getenv("WHIP_TOKEN"),
-                               .width = lp.width,
-                               .height = lp.height,
-                               .fps = lp.fps,
-                               .sample_rate = lp.sample_rate,
-                               .video_qp = lp.video_qp,
-                               .x264_preset = lp.x264_preset,
-                               .stun_server = lp.stun_server,
-                               .on_link = on_link,
-                               .user = po};
+    const fc_whip_params wp = {
+        .url = po->url, .token = g_getenv("WHIP_TOKEN"), .stun_server = lp.stun_server, .out = out};
     return fc_whip_sink_create(&wp, err);
   }
-  const fc_rtmp_params rp = {.url = po->url,
-                             .width = lp.width,
-                             .height = lp.height,
-                             .fps = lp.fps,
-                             .sample_rate = lp.sample_rate,
-                             .video_qp = lp.video_qp,
-                             .x264_preset = lp.x264_preset,
-                             .on_link = on_link,
-                             .user = po};
+  const fc_rtmp_params rp = {.url = po->url, .out = out};
   return fc_rtmp_sink_create(&rp, err);
 }
 
