@@ -11,9 +11,11 @@ usage: whip_test.py FACECAST"""
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
@@ -83,11 +85,30 @@ def cli():
               f"serve refuses {what}: {r.stderr.strip()}")
 
 
+def config_file(tmp):
+    """LiveTalking's config keys just work: transport: rtcpush, push_url:, max_session:."""
+    cfg = os.path.join(tmp, "config.yaml")
+    with open(cfg, "w") as f:
+        f.write(f"transport: rtcpush\npush_url: http://127.0.0.1:{free_port()}/rtc/v1/whip/?app=live&stream=s\n"
+                "max_session: 3\n")
+    srv, port, _ = start_server("--config", cfg)
+    try:
+        hz = health(port)
+        ids = [p and p.get("sessionid") for p in hz.get("pushes", [])]
+        check(hz.get("transport") == "rtcpush" and hz.get("sessions") == 3 and ids == ["0", "1", "2"],
+              f"a LiveTalking config.yaml (transport: rtcpush, push_url, max_session: 3) makes {ids}")
+    finally:
+        srv.terminate()
+        srv.wait(30)
+
+
 def main():
     if not os.path.exists(PY):
         raise SystemExit(f"{PY} is missing")
     t_start = time.time()
     cli()
+    tmp = tempfile.mkdtemp(prefix="fc_whip_")
+    config_file(tmp)
     rx = Receiver(free_port())
     rx.start()
     srv = None
@@ -188,7 +209,7 @@ def main():
         if srv and srv.poll() is None:
             srv.kill()
         rx.kill()
-        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(api_test.DATA_DIR, ignore_errors=True)  # made on import, unused here
     if FAILS:
         print(f"{len(FAILS)} failed")
