@@ -150,8 +150,8 @@ static SoupSession *new_session(const whip_out *w) {
 }
 
 /* POSTs the offer: 0 with the answer and the resource's absolute URL (NULL if the endpoint
- * gave none), or an error with a detail (FC_EIO: no exchange; FC_EPROTO-like refusals are
- * FC_EIO too, the detail says which). */
+ * gave none), or FC_EIO with a detail: no exchange (refused, timed out), a status other than
+ * 201/200, or no usable answer in the body. */
 static int post_offer(whip_out *w, const char *offer, char **answer, char **location) {
   *answer = *location = NULL;
   SoupMessage *m = request(w, "POST", w->url);
