@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Fuzzes every parser with libFuzzer (clang; ASan + UBSan): WAV, PNG/JPEG, torch checkpoints
-# (zip and legacy pickle), safetensors, .npy, LiveTalking's coords.pkl and frame names, avatar
-# packs, Haar cascades, dlib's shape model, JSON bodies, SDP offers, settings files (YAML,
-# .env), and, through a server in the fuzzer's own process, the HTTP routes' bodies, multipart
-# uploads and WebSocket audio (tests/fuzz/README.md).
+# (zip and legacy pickle), safetensors, .npy, the Wav2Lip loader (both networks), LiveTalking's
+# coords.pkl and frame names, avatar packs, Haar cascades, dlib's shape model, JSON bodies,
+# SDP offers, settings files (YAML, .env), and, through a server in the fuzzer's own process,
+# the HTTP routes' bodies, multipart uploads and WebSocket audio (tests/fuzz/README.md).
 #
 # usage: scripts/fuzz.sh [SECONDS] [TARGET...]     (default: 60 s each, every target)
 # Seeds come from tests/fuzz/corpus/TARGET (never written); what the fuzzer finds goes to
@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
-all=(checkpoint safetensors npy ltcoords ltframes wav image pack haar landmarks json sdp llm voice asr config http multipart ws)
+all=(checkpoint safetensors npy w2l ltcoords ltframes wav image pack haar landmarks json sdp llm voice asr config http multipart ws)
 targets=("$@")
 ((${#targets[@]})) || targets=("${all[@]}")
 
@@ -25,6 +25,7 @@ mkdir -p "$dir/fuzz-logs" "$dir/fuzz-crash"
 max_len() {
   case $1 in
     pack) echo 65536 ;;
+    w2l) echo 131072 ;; # whole networks of two channels a layer: mostly key names
     checkpoint | safetensors | npy) echo 20000 ;;
     haar | http | multipart | ws | image) echo 16384 ;;
     *) echo 4096 ;;

@@ -18,6 +18,15 @@
 #          EXTRA="..." adds bench serve options (e.g. --opus-complexity 1); TAG names the files.
 #          X=/tmp/other with a bundle dir of another build (e.g. build-serve-old/) runs that one
 #          beside it on the same machine (A/B: machines of this kind differ by up to a third).
+#          `[SIZE=WxH] [SECONDS_EACH=10] bash build-serve-dev/serve-device.sh serve256 [SESSIONS]
+#          [X264_PRESET]`: the same bench serve (cross-session batching) with the wav2lip256
+#          network (256×256 crops, fp16 on the GPU): makes a full-width random checkpoint in
+#          LiveTalking's layout first when there is none (tools/bench_wav2lip256.py make; torch
+#          on the GPU machine; about a minute), kept in build-serve-ckpt/ (git-ignored, not
+#          carried, so a warm machine keeps it across calls and repacks), then SESSIONS (default
+#          32,64,128,192) at 512×512 for SECONDS_EACH s each; serve256_<SIZE>_<PRESET>.{json,md,
+#          svg} and the checkpoint maker's log under $OUT. DEV, EXTRA and TAG as for run.
+#          Fits one 10-minute call: the make is given 200 s, the bench 330 s.
 #          `[FREES="6000 2500 1200 600"] [LATE_FREES="64"] [SESSIONS=192] bash
 #          build-serve-dev/serve-device.sh oom`: the GPU made to run out of memory for real: for
 #          each FREE (MiB), a PyTorch process takes all of the card's memory but FREE, before
@@ -137,5 +146,25 @@ run)
   [ -n "${3:-}" ] && timeout 200 $F bench serve --model wav2lip --checkpoint $CK --device ${DEV:-cuda} --avatar $AV \
     --preset $P --size $S --sessions "$3" --seconds 6 --solo --out "$OUT/serve_solo_$TAG" ${EXTRA:-} 2>&1 | tail -7
   date -u ;;
-*) echo "usage: $0 pack|test|run" >&2; exit 2 ;;
+serve256)
+  unpack || exit 1; env_up; OUT=${OUT:-/tmp}
+  date -u; grep -m1 "model name" /proc/cpuinfo; nproc; nvidia-smi -L
+  # remade when the network's definition or the maker changes; beside the carried bundle, not
+  # in it (carrying build-serve-dev again replaces that folder on the device)
+  CKD=$PWD/build-serve-ckpt
+  CK=$CKD/wav2lip256-$(cat tools/bench_wav2lip256.py tools/wav2lip_ref.py | sha256sum | cut -c1-12).pth
+  if [ ! -s "$CK" ]; then
+    mkdir -p "$CKD" && rm -f "$CKD"/wav2lip256-*.pth
+    PYTHONUNBUFFERED=1 timeout 200 python3 tools/bench_wav2lip256.py make "$CK.tmp" >"$OUT/serve256_make.log" 2>&1 &&
+      mv "$CK.tmp" "$CK" || { tail -5 "$OUT/serve256_make.log"; rm -f "$CK.tmp"; exit 1; }
+    tail -1 "$OUT/serve256_make.log"
+  fi
+  F=$X/facecast AV=$X/share/astronaut.png S=${SIZE:-512x512}
+  P=${3:-superfast} TAG=${TAG:-${S}_${3:-superfast}}
+  timeout 330 $F bench serve --model wav2lip --checkpoint "$CK" --device ${DEV:-cuda} --avatar $AV --preset $P \
+    --size $S --sessions "${2:-32,64,128,192}" --seconds ${SECONDS_EACH:-10} --out "$OUT/serve256_$TAG" ${EXTRA:-} 2>&1 | tail -9
+  rc=${PIPESTATUS[0]}
+  date -u
+  exit $rc ;;
+*) echo "usage: $0 pack|test|run|serve256|oom" >&2; exit 2 ;;
 esac

@@ -7,7 +7,9 @@
  * itself is 1.4e-5 off the float64 golden); the measured errors are printed. Then: the layer
  * taps against act_*.npy, the same weights re-saved as safetensors (and broken copies of it:
  * missing / unexpected / mis-shaped tensors, which must fail with FC_EFORMAT and say which),
- * a non-Wav2Lip checkpoint, bad arguments, and the CLI end to end (`facecast wav2lip infer`).
+ * a non-Wav2Lip checkpoint, loading from memory (fc_w2l_load_mem), a file of broadcast views
+ * past the weight bound (wide_views.pth, tools/gen_w2l_fuzz_seeds.py), bad arguments, and the
+ * CLI end to end (`facecast wav2lip infer`).
  * Then "cuda" (cuDNN) at fp32 (within 1e-3 of out.npy) and fp16 (3e-2), batches 1..128 from
  * tiled fixture samples; skipped (and passing) without a GPU or without CUDA in the build.
  * W2L_FULL_DIR=DIR adds the full-width network on cuda (see test_cuda_full).
@@ -304,6 +306,66 @@ static void test_not_wav2lip(void) {
   FC_CHECK_INT(err, ==, FC_ENOTFOUND);
   FC_CHECK(fc_w2l_load(W2L_DIR "/mel.npy", NULL, &err) == NULL); /* not a checkpoint at all */
   FC_CHECK(err == FC_EFORMAT || err == FC_EUNSUPPORTED);
+}
+
+/* The bytes of a file (free them), or NULL. */
+static void *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  void *buf = NULL;
+  if (fseek(f, 0, SEEK_END) == 0) {
+    long n = ftell(f);
+    if (n > 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n)) &&
+        fread(buf, 1, (size_t)n, f) != (size_t)n) {
+      free(buf);
+      buf = NULL;
+    }
+    *len = n > 0 ? (size_t)n : 0;
+  }
+  fclose(f);
+  return buf;
+}
+
+/* fc_w2l_load_mem (the fuzz target's way in) loads what fc_w2l_load loads, with the same
+ * output, and names the buffer in its errors. */
+static void test_load_mem(void) {
+  FC_REQUIRE(load_inputs() == 0);
+  size_t n = 0;
+  unsigned char *buf = slurp(W2L_DIR "/ckpt_zip.pth", &n);
+  FC_REQUIRE(buf);
+  int err;
+  fc_w2l_params p = {.device = "cpu-ref", .max_batch = 1};
+  fc_w2l *m = fc_w2l_load_mem(buf, n, "in-memory.pth", &p, &err);
+  FC_REQUIRE(m);
+  FC_CHECK_INT(fc_w2l_face_size(m), ==, FC_W2L_FACE);
+  double e = run_parity(m, 0, 1);
+  fprintf(stderr, "  from memory: max error %.3g\n", e);
+  FC_CHECK(e >= 0 && e <= TOL);
+  fc_w2l_destroy(m);
+  m = fc_w2l_load_mem(buf, n / 2, "in-memory.pth", &p, &err); /* cut short */
+  FC_CHECK(m == NULL);
+  FC_CHECK_INT(err, ==, FC_EFORMAT);
+  FC_CHECK(strstr(fc_error_detail(err), "in-memory.pth") != NULL);
+  FC_CHECK(fc_w2l_load_mem(NULL, 10, "x", &p, &err) == NULL);
+  FC_CHECK_INT(err, ==, FC_EINVAL);
+  free(buf);
+}
+
+/* Regression (found reviewing the sanity bounds for the w2l fuzz target): a torch file's
+ * tensors may be broadcast views (stride 0) of a one-element storage. wide_views.pth is 59 KB
+ * in that way, the 96 network at twice the real width: 145 M conv weights, under the old bound
+ * of 2^28, so it loaded, holding 1.2 GB (the folded weights and cpu-ref's copy) and taking 16 s
+ * under ASan. Now refused by the weight bound (2^27), and before any weight is read. */
+static void test_wide_views(void) {
+  int err = 0;
+  fc_w2l_params p = {.device = "cpu-ref", .max_batch = 1};
+  fc_w2l *m = fc_w2l_load(W2L_DIR "/wide_views.pth", &p, &err);
+  FC_CHECK(m == NULL);
+  FC_CHECK_INT(err, ==, FC_EFORMAT);
+  const char *d = fc_error_detail(err);
+  fprintf(stderr, "  %s\n", d);
+  FC_CHECK(strstr(d, "wide_views.pth: implausibly large Wav2Lip (145045440 weights)") != NULL);
+  fc_w2l_destroy(m);
 }
 
 static void test_bad_args(void) {
@@ -958,6 +1020,8 @@ int main(void) {
   FC_RUN(test_taps_ref);
   FC_RUN(test_safetensors);
   FC_RUN(test_not_wav2lip);
+  FC_RUN(test_load_mem);
+  FC_RUN(test_wide_views);
   FC_RUN(test_bad_args);
   FC_RUN(test_cli);
   FC_RUN(test_u8_cpu);

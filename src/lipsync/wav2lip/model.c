@@ -19,6 +19,7 @@
 #include "lipsync/wav2lip/w2l_internal.h"
 
 #include "modelfile/checkpoint.h"
+#include "modelfile/ckpt_internal.h"
 #include "facecast/error.h"
 
 #include <math.h>
@@ -33,9 +34,13 @@
  * and 54 M (256) weights, and per frame 2.0 M (96) and 14.2 M (256: the last decoder level
  * alone is 80 × 256 × 256) activation floats in the planned slots. Only channel counts come
  * from the file (the spatial sizes are fixed by the variant), so the activation bound is what
- * stops a 256 file with, say, 8192-channel layers (over 500 M floats per frame). */
+ * stops a 256 file with, say, 8192-channel layers (over 500 M floats per frame). The weights'
+ * bound is 2.5 times the 256 network: a torch file's tensors may be broadcast views (stride 0)
+ * of a one-element storage, so a few kilobytes can claim any shape, and every float claimed
+ * is held twice (the folded copy here and the backend's own layout): 2^28 let a 70 KB file
+ * cost 2 GB before the first frame. */
 #define MAX_CHANNELS 8192
-#define MAX_WEIGHTS (1u << 28)      /* floats, all layers */
+#define MAX_WEIGHTS (1u << 27)      /* floats, all layers: 512 MB */
 #define MAX_ACT_PER_FRAME (1u << 26) /* floats, all slots */
 
 /* ---- checking a checkpoint against the graph ---- */
@@ -411,7 +416,10 @@ static int parse_device(const char *dev, const w2l_backend **be, int *cuda_devic
                       dev);
 }
 
-fc_w2l *fc_w2l_load(const char *path, const fc_w2l_params *p, int *err_out) {
+/* Both entry points: the checkpoint from the file at path, or (data != NULL) from the bytes
+ * data[0..size), path then only naming it in error details. */
+static fc_w2l *load(const char *path, const void *data, size_t size, const fc_w2l_params *p,
+                    int *err_out) {
   fc_w2l_params def = {0};
   fc_checkpoint *ck = NULL;
   fc_w2l *m = NULL;
@@ -441,7 +449,9 @@ fc_w2l *fc_w2l_load(const char *path, const fc_w2l_params *p, int *err_out) {
                        p->threads);
     goto fail;
   }
-  if (!(ck = fc_checkpoint_load(path, &err))) goto fail;
+  ck = data ? fc_checkpoint_load_mem(data, size, path, FC_CKPT_AUTO, &err)
+            : fc_checkpoint_load(path, &err);
+  if (!ck) goto fail;
 
   err = FC_ENOMEM;
   if (!(m = calloc(1, sizeof *m)) || !(b = calloc(1, sizeof *b))) goto fail;
@@ -489,12 +499,14 @@ fc_w2l *fc_w2l_load(const char *path, const fc_w2l_params *p, int *err_out) {
     err = fc_error_set(FC_EFORMAT, "%s: implausibly large Wav2Lip (%zu weights)", path, total);
     goto fail;
   }
+  /* the plan (and its bound on activations) before any weight is read: a file that asks for
+   * too much is refused before it costs memory */
+  if ((err = plan_slots(m, be->infer == NULL))) goto fail;
   for (int li = 0; li < m->nlayers; li++)
     if ((err = load_layer(m, b, ck, li))) goto fail;
   fc_checkpoint_destroy(ck);
   ck = NULL;
 
-  if ((err = plan_slots(m, be->infer == NULL))) goto fail;
   m->be = be;
   if ((err = be->create(m, &m->bstate))) {
     m->be = NULL; /* create cleans up after itself */
@@ -514,6 +526,21 @@ fail:
   fc_w2l_destroy(m);
   if (err_out) *err_out = err;
   return NULL;
+}
+
+fc_w2l *fc_w2l_load(const char *path, const fc_w2l_params *p, int *err_out) {
+  return load(path, NULL, 0, p, err_out);
+}
+
+fc_w2l *fc_w2l_load_mem(const void *data, size_t size, const char *name, const fc_w2l_params *p,
+                        int *err_out) {
+  if (!data) {
+    fc_error_clear();
+    int err = fc_error_set(FC_EINVAL, "wav2lip: no checkpoint bytes given");
+    if (err_out) *err_out = err;
+    return NULL;
+  }
+  return load(name ? name : "(memory)", data, size, p, err_out);
 }
 
 void fc_w2l_destroy(fc_w2l *m) {

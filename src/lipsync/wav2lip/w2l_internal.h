@@ -136,6 +136,12 @@ typedef void (*fc_w2l_tap_fn)(const char *name, const float *nhwc, int n, int h,
 int fc_w2l_infer_tap(fc_w2l *m, const float *mel, const float *faces, float *out, int batch,
                      fc_w2l_tap_fn tap, void *user);
 
+/* fc_w2l_load on a checkpoint's bytes data[0..size) rather than a file (the fuzzer, tests): the
+ * same checks and errors; the buffer is only read during the call. name stands for the file in
+ * error details (NULL: "(memory)"). */
+fc_w2l *fc_w2l_load_mem(const void *data, size_t size, const char *name, const fc_w2l_params *p,
+                        int *err);
+
 /* Multiply-adds per frame of the loaded network's convolutions (for reports and tests). */
 long long fc_w2l_macs_per_frame(const fc_w2l *m);
 
