@@ -66,6 +66,12 @@ int fc_gst_element_available(const char *factory) {
   return 1;
 }
 
+int fc_gst_require(const char *factory) {
+  if (fc_gst_element_available(factory)) return 0;
+  return fc_error_set(FC_EMEDIA, "GStreamer element '%s' is not available (install %s)", factory,
+                      fc_gst_package_of(factory));
+}
+
 int fc_gst_add_element(GstElement *pipeline, const char *factory, const char *name,
                        GstElement **out) {
   GstElement *e = gst_element_factory_make(factory, name);

@@ -114,12 +114,6 @@ void lv_shared_unref_closure(gpointer data, GClosure *closure) {
 /* ---- construction helpers (the ones shared with mp4.c are in gst_common.c) ---- */
 
 /* Fails, naming the package to install, unless element factory `factory` is installed. */
-static int require_element(const char *factory) {
-  if (fc_gst_element_available(factory)) return 0;
-  return fc_error_set(FC_EMEDIA, "GStreamer element '%s' is not available (install %s)", factory,
-                      fc_gst_package_of(factory));
-}
-
 /* Sets an enum or flags property from its nick if the element has it (optional tuning). */
 static void set_optional(GstElement *e, const char *prop, const char *value) {
   if (fc_gst_has_property(e, prop)) gst_util_set_object_arg(G_OBJECT(e), prop, value);
@@ -264,8 +258,8 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
   if ((rc = fc_gst_init())) goto fail;
   /* webrtcbin only fails at pad-request time without these; name the package up front. */
   if (p.kind == FC_LIVE_WEBRTC &&
-      ((rc = require_element("webrtcbin")) || (rc = require_element("nicesrc")) ||
-       (rc = require_element("dtlssrtpenc"))))
+      ((rc = fc_gst_require("webrtcbin")) || (rc = fc_gst_require("nicesrc")) ||
+       (rc = fc_gst_require("dtlssrtpenc"))))
     goto fail;
 
   l = calloc(1, sizeof *l);

@@ -475,12 +475,6 @@ static const fc_sink_ops rtmp_ops = {.kind = "rtmp",
 
 /* ---- creation ---- */
 
-static int require(const char *factory) {
-  if (fc_gst_element_available(factory)) return 0;
-  return fc_error_set(FC_EMEDIA, "GStreamer element '%s' is not available (install %s)", factory,
-                      fc_gst_package_of(factory));
-}
-
 fc_sink *fc_rtmp_sink_create(const fc_rtmp_params *params, int *err) {
   int rc;
   rtmp_out *r = NULL;
@@ -510,8 +504,8 @@ fc_sink *fc_rtmp_sink_create(const fc_rtmp_params *params, int *err) {
   }
   if ((rc = fc_live_check_preset(p.x264_preset))) goto fail;
   /* Everything a connection needs, checked now rather than at the first attempt. */
-  if ((rc = fc_gst_init()) || (rc = require("rtmp2sink")) || (rc = require("flvmux")) ||
-      (rc = require("h264parse")) || (rc = require("aacparse")))
+  if ((rc = fc_gst_init()) || (rc = fc_gst_require("rtmp2sink")) || (rc = fc_gst_require("flvmux")) ||
+      (rc = fc_gst_require("h264parse")) || (rc = fc_gst_require("aacparse")))
     goto fail;
   if (!(r = calloc(1, sizeof *r))) {
     rc = fc_error_set(FC_ENOMEM, "rtmp push: out of memory");
