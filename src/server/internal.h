@@ -152,6 +152,7 @@ typedef struct fc_server {
   /* Per-session counters of the sessions closed so far (under lock, added as each leaves
    * `sessions`), so /metrics' totals never fall when a session goes. */
   uint64_t closed_infer, closed_dropped, closed_enc_late;
+  uint64_t closed_ws_dropped[2]; /* WebSocket streams' video and audio messages dropped */
   /* Conversation turns' milestones (main loop only: written and rendered there) */
   uint64_t turn_hist[FC_TURN_STAGES][FC_TURN_BUCKETS + 1], turn_count[FC_TURN_STAGES];
   double turn_sum[FC_TURN_STAGES];

@@ -452,6 +452,12 @@ void fc_session_close(fc_session *s, const char *why) {
     srv->closed_infer += FC_STAT_GET(s->infer_frames);
     srv->closed_dropped += FC_STAT_GET(s->dropped_frames);
     srv->closed_enc_late += ls.frames_encoded_late;
+    if (s->wsout) {
+      uint64_t vd, ad, backlog;
+      fc_wsout_stats(s->wsout, &vd, &ad, &backlog);
+      srv->closed_ws_dropped[0] += vd;
+      srv->closed_ws_dropped[1] += ad;
+    }
     g_hash_table_remove(srv->sessions, s->id);
   }
   g_mutex_unlock(&srv->lock);

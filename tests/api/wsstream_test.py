@@ -245,6 +245,9 @@ def slow_round(port, c):
     check(bool(gaps), f"the video has a gap where it was dropped ({len(video)} messages)")
     check(bool(gaps) and all(video[g][0][1] & 1 for g in gaps), "after each gap a key frame comes first")
     check(len(video) > 10, "and the stream goes on")
+    _, _, body, _ = c.req("GET", "/metrics")
+    m = re.search(rb'facecast_wsstream_dropped_total\{kind="video"\} (\d+)', body)
+    check(m is not None and int(m.group(1)) > 0, "metrics: facecast_wsstream_dropped_total counts them")
     h = api_test.Client(port).req("GET", "/healthz")[0]
     check(h == 200, "the server keeps serving")
     ws.close()
