@@ -13,10 +13,10 @@
  * ever more of its stream and the client ever later pictures. What waits is counted here: the
  * wire bytes handed to libsoup minus those the connection wrote (listener.h counts them), plus
  * the messages not yet handed over. Over the limit (about one second of the stream) video is
- * dropped until a key frame comes with the backlog down to half of it (one is asked for when
- * the dropping starts and again when the backlog has drained, since a key frame that came in
- * between was dropped too); sound goes on for about two seconds more and is then dropped as
- * well. Both are counted (admin API, /metrics). The kernel's send buffer is capped so that the
+ * dropped until a key frame comes with the backlog down to half of it (one is asked for as
+ * soon as the backlog has drained that far: one asked for earlier would only be dropped, and
+ * the periodic one may be up to 2 s away); sound goes on for about two seconds more and is
+ * then dropped as well. Both are counted (admin API, /metrics). The kernel's send buffer is capped so that the
  * backlog is where it can be counted, not seconds of it in the socket.
  *
  * Threads. The media output calls on_message from its threads (the encoder's for video, the
