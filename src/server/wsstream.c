@@ -268,7 +268,7 @@ void fc_wsout_free(fc_wsout *o) {
   fc_wsout_close(o, "closed");
   g_source_destroy(o->wake);
   g_source_unref(o->wake);
-  g_queue_free_full(&o->q, (GDestroyNotify)g_bytes_unref);
+  g_queue_clear_full(&o->q, (GDestroyNotify)g_bytes_unref);
   g_mutex_clear(&o->lock);
   g_object_unref(o->ws);
   fc_conn_unref(o->conn);

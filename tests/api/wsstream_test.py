@@ -284,7 +284,8 @@ def refusals(tmp):
               f"a session stopped by the admin API closes its socket with the reason ({closed})")
         first.s.close()
     finally:
-        stop(proc)
+        code = stop(proc)
+    check(code == 0, f"that server stops cleanly too ({code})")
     kf = os.path.join(tmp, "keys")
     key = subprocess.run([BIN, "keys", "add", "kiosk", "--file", kf], capture_output=True, text=True).stdout.strip()
     proc, port = start_server("--api-keys", kf)
@@ -304,15 +305,20 @@ def refusals(tmp):
         end = time.time() + 10
         while time.time() < end:
             op, data = ws.recv(1)
-            if op == 8 or (op is None and not data and ws.s.fileno() < 0):
+            if op == 8:
                 closed = data
                 break
-            if op == 8:
-                break
-        check(closed is not None, f"the server stopping closes the stream's socket ({closed})")
+        check(closed is not None and b"session closed" in closed,
+              f"the server stopping closes the stream's socket with the reason ({closed})")
         ws.s.close()
+        try:
+            code = proc.wait(20)  # terminated above
+        except subprocess.TimeoutExpired:
+            code = "hung"
     finally:
-        stop(proc)
+        if proc.poll() is None:
+            stop(proc)
+    check(code == 0, f"the keyed server stops cleanly with a stream open ({code})")
 
 
 def main():
