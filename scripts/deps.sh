@@ -17,10 +17,13 @@ pkgs=(
   glib-networking openssl iproute2 clang libclang-rt-14-dev
   nginx libnginx-mod-rtmp
   coturn
+  python3-gi gir1.2-gstreamer-1.0 gir1.2-gst-plugins-base-1.0 gir1.2-gst-plugins-bad-1.0
 )
 # nginx with its RTMP module is the RTMP server of tests/e2e_rtmp.sh, which starts its own as
 # an ordinary user; Debian's package also sets up the system's nginx service on port 80, which
 # facecast does not use (`systemctl disable --now nginx` where it is not wanted).
+# PyGObject with GStreamer's introspection data is the WHIP endpoint of tests/e2e_whip.sh
+# (webrtcbin answering and decoding, driven from the system's /usr/bin/python3).
 # Node.js 20 (for the browser tests' playwright-core) comes with the machine; Debian's nodejs
 # is 18, too old, so it is installed only where there is no node at all.
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs npm)

@@ -744,6 +744,52 @@ static void test_chrome_offer_answer(void) {
   log_clear(&c);
 }
 
+/* The offerer (a WHIP publisher, media/whip.c): our own offer, handed out once gathered, says
+ * what an SFU needs (H.264 mode 1 constrained baseline and Opus, sendonly, candidates, one
+ * stream); an answer that is no SDP is refused; an answerer takes no answer. */
+static void test_offerer(void) {
+  cb_log c;
+  log_init(&c);
+  fc_live_params p = params(FC_LIVE_WEBRTC, &c);
+  p.offerer = 1;
+  int err = -1;
+  fc_live *l = fc_live_create(&p, NULL, on_answer, &c, &err);
+  if (!l) fprintf(stderr, "fc_live_create: %s\n", fc_error_detail(err));
+  FC_REQUIRE(l);
+  FC_CHECK(log_wait(&c, &c.answers, 4000));
+  g_mutex_lock(&c.lock);
+  const char *o = c.answer ? c.answer : "";
+  FC_CHECK_INT(c.answer_err, ==, 0);
+  FC_CHECK(strstr(o, "a=rtpmap:96 H264/90000") != NULL);
+  FC_CHECK(strstr(o, "packetization-mode=1") != NULL);
+  FC_CHECK(strstr(o, "profile-level-id=42e01f") != NULL);
+  FC_CHECK(strstr(o, "a=rtpmap:111 OPUS/48000") != NULL || strstr(o, "a=rtpmap:111 opus/48000"));
+  FC_CHECK(strstr(o, "a=setup:actpass") != NULL);
+  FC_CHECK(strstr(o, "a=candidate:") != NULL);
+  FC_CHECK(strstr(o, "a=msid:facecast facecast-video") != NULL);
+  const char *s1 = strstr(o, "a=sendonly");
+  FC_CHECK(s1 && strstr(s1 + 1, "a=sendonly")); /* both m-lines */
+  g_mutex_unlock(&c.lock);
+  fc_error_clear();
+  FC_CHECK_INT(fc_live_set_answer(l, "not SDP at all"), ==, FC_EINVAL);
+  fc_live_destroy(l);
+  log_mark_destroyed(&c);
+  FC_CHECK_INT(c.after_destroy, ==, 0);
+  log_clear(&c);
+
+  log_init(&c);
+  p = params(FC_LIVE_WEBRTC, &c);
+  l = fc_live_create(&p, CHROME_OFFER, on_answer, &c, &err);
+  FC_REQUIRE(l);
+  FC_CHECK_INT(fc_live_set_answer(l, CHROME_OFFER), ==, FC_EINVAL); /* not an offerer */
+  fc_live_destroy(l);
+  log_mark_destroyed(&c);
+  log_clear(&c);
+  p = params(FC_LIVE_NULL, NULL);
+  p.offerer = 1;
+  FC_CHECK(fc_live_create(&p, NULL, NULL, NULL, &err) == NULL && err == FC_EINVAL);
+}
+
 /* Replaces every occurrence of `from` with `to` (g_free the result). */
 static char *replace(const char *s, const char *from, const char *to) {
   gchar **parts = g_strsplit(s, from, -1);
@@ -1116,6 +1162,7 @@ int main(void) {
   FC_RUN(test_null_key_phase);
   FC_RUN(test_encoder_unchanged_blocks);
   FC_RUN(test_chrome_offer_answer);
+  FC_RUN(test_offerer);
   FC_RUN(test_destroy_while_connecting);
   FC_RUN(test_webrtc_loopback);
   FC_RUN(test_webrtc_port_range);

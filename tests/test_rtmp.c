@@ -1,12 +1,13 @@
-/* The RTMP push output without an RTMP server (tests/e2e_rtmp.sh has nginx): its URL check and
- * parameters; pushes that never wait whether the server refuses the connection or takes it and
- * never answers, every frame counted as dropped until a connection is made; the connection's
- * state and error through the queued sink in front; an output without a connection of its own
- * reporting none. */
+/* The push outputs without a server: RTMP (tests/e2e_rtmp.sh has nginx) and WHIP
+ * (tests/e2e_whip.sh has an endpoint). Their URL checks and parameters; pushes that never wait
+ * whether the server refuses the connection or takes it and never answers, every frame counted
+ * as dropped until a connection is made; the connection's state and error through the queued
+ * sink in front; an output without a connection of its own reporting none. */
 #include "facecast/error.h"
 #include "fc_test.h"
 #include "media/rtmp.h"
 #include "media/sink.h"
+#include "media/whip.h"
 
 #include <arpa/inet.h>
 #include <glib.h>
@@ -44,16 +45,16 @@ static void test_url(void) {
 }
 
 static fc_rtmp_params params(const char *url) {
-  return (fc_rtmp_params){.url = url, .width = W, .height = H, .connect_timeout_ms = 1000};
+  return (fc_rtmp_params){.url = url, .out = {.width = W, .height = H, .connect_timeout_ms = 1000}};
 }
 
 static void test_bad_params(void) {
   int err = 0;
   fc_rtmp_params p = params("rtmp://127.0.0.1/live/x");
-  p.width = 321;
+  p.out.width = 321;
   FC_CHECK(!fc_rtmp_sink_create(&p, &err) && err == FC_EINVAL);
   p = params("rtmp://127.0.0.1/live/x");
-  p.x264_preset = "warp";
+  p.out.x264_preset = "warp";
   FC_CHECK(!fc_rtmp_sink_create(&p, &err) && err == FC_EINVAL);
   p = params("udp://127.0.0.1/live/x");
   FC_CHECK(!fc_rtmp_sink_create(&p, &err) && err == FC_EINVAL);
@@ -102,27 +103,39 @@ static gint64 push_frames(fc_sink *s, int frames, int64_t *index) {
 
 /* The server refuses (a closed port) or takes the connection and never answers: pushes never
  * wait, frames are dropped and counted, the link says why and when it tries again. */
-static void check_unreachable(int listening) {
+static void check_unreachable(int listening, int whip) {
   int fd = -1, err = 0;
   char url[96];
   const int port = tcp_port(listening, &fd);
   FC_REQUIRE(port > 0);
-  snprintf(url, sizeof url, "rtmp://127.0.0.1:%d/live/test", port);
-  fc_rtmp_params p = params(url);
-  fc_sink *s = fc_rtmp_sink_create(&p, &err);
+  fc_sink *s;
+  if (whip) {
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/whip?stream=test", port);
+    const fc_whip_params p = {.url = url, .http_timeout_s = 1, .out = params(url).out};
+    s = fc_whip_sink_create(&p, &err);
+  } else {
+    snprintf(url, sizeof url, "rtmp://127.0.0.1:%d/live/test", port);
+    fc_rtmp_params p = params(url);
+    s = fc_rtmp_sink_create(&p, &err);
+  }
+  if (!s) fprintf(stderr, "  create: %s\n", fc_error_detail(err));
   FC_REQUIRE(s);
   FC_CHECK(strcmp(fc_sink_kind(s), "queued") == 0);
   int64_t index = 0;
-  /* a refused connection fails at once; a silent one after connect_timeout_ms */
-  gint64 worst = push_frames(s, listening ? 45 : 20, &index);
+  /* a refused connection fails at once; a silent one after connect_timeout_ms (RTMP) or the
+   * HTTP timeout (WHIP: after its ICE candidates are gathered) */
+  gint64 worst = push_frames(s, listening ? (whip ? 90 : 45) : whip ? 40 : 20, &index);
   fc_sink_link l;
   FC_CHECK_INT(fc_sink_get_link(s, &l), ==, 0);
-  FC_CHECK_INT((int)l.state, ==, (int)FC_SINK_LINK_RETRYING);
+  /* WHIP's next attempt may be under way (gathering its candidates): CONNECTING again */
+  FC_CHECK((int)l.state == (int)FC_SINK_LINK_RETRYING ||
+           (whip && (int)l.state == (int)FC_SINK_LINK_CONNECTING));
   FC_CHECK(l.failures >= 1 && l.connects == 0);
   FC_CHECK(l.retry_in_ms >= 0 && l.retry_in_ms <= 2000);
-  fprintf(stderr, "  %s: %s (retry in %d ms); longest push %lld us\n",
+  fprintf(stderr, "  %s %s: %s (retry in %d ms); longest push %lld us\n", whip ? "whip" : "rtmp",
           listening ? "silent server" : "refused", l.error, l.retry_in_ms, (long long)worst);
-  FC_CHECK(strstr(l.error, listening ? "did not take the stream" : "refused") != NULL);
+  const char *why = listening ? (whip ? "whip push" : "did not take the stream") : "refused";
+  FC_CHECK(strstr(l.error, why) != NULL);
   FC_CHECK(worst < 20000); /* a copy into the ring, nothing more */
   fc_sink_stats st;
   fc_sink_get_stats(s, &st);
@@ -131,12 +144,36 @@ static void check_unreachable(int listening) {
   FC_CHECK(st.bytes_out == 0);
   const gint64 t0 = g_get_monotonic_time();
   fc_sink_destroy(s);
-  FC_CHECK(g_get_monotonic_time() - t0 < 2000000); /* no waiting for a server that is not there */
+  /* no waiting for a server that is not there (WHIP: at most the POST under way) */
+  FC_CHECK(g_get_monotonic_time() - t0 < 2000000);
   if (fd >= 0) close(fd);
 }
 
-static void test_refused(void) { check_unreachable(0); }
-static void test_silent_server(void) { check_unreachable(1); }
+static void test_refused(void) { check_unreachable(0, 0); }
+static void test_silent_server(void) { check_unreachable(1, 0); }
+static void test_whip_refused(void) { check_unreachable(0, 1); }
+static void test_whip_silent_server(void) { check_unreachable(1, 1); }
+
+static void test_whip_url_params(void) {
+  static const char *const good[] = {"http://127.0.0.1:1985/rtc/v1/whip/?app=live&stream=s",
+                                     "https://sfu.example/whip", "http://[::1]:8080/w"};
+  static const char *const bad[] = {NULL,           "",          "rtmp://h/live/x",
+                                    "http://",      "http:///x", "http://h/a b",
+                                    "http://h/x\n", "ftp://h/x"};
+  for (size_t i = 0; i < G_N_ELEMENTS(good); i++) FC_CHECK_INT(fc_whip_check_url(good[i]), ==, 0);
+  for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
+    FC_CHECK_INT(fc_whip_check_url(bad[i]), ==, FC_EINVAL);
+    FC_CHECK(strstr(fc_error_detail(FC_EINVAL), "push URL") != NULL);
+  }
+  int err = 0;
+  fc_whip_params p = {.url = good[0], .out = params(good[0]).out};
+  p.out.height = 241;
+  FC_CHECK(!fc_whip_sink_create(&p, &err) && err == FC_EINVAL);
+  p.out.height = H;
+  p.http_timeout_s = 601;
+  FC_CHECK(!fc_whip_sink_create(&p, &err) && err == FC_EINVAL);
+  FC_CHECK(!fc_whip_sink_create(NULL, &err) && err == FC_EINVAL);
+}
 
 /* An output without a connection of its own: no link, also through a queued sink. */
 static int plain_push(void *self, const fc_sink_frame *f) {
@@ -167,5 +204,8 @@ int main(void) {
   FC_RUN(test_no_link);
   FC_RUN(test_refused);
   FC_RUN(test_silent_server);
+  FC_RUN(test_whip_url_params);
+  FC_RUN(test_whip_refused);
+  FC_RUN(test_whip_silent_server);
   FC_TEST_EXIT();
 }

@@ -32,7 +32,7 @@ const char *fc_gst_package_of(const char *factory);
 
 /* Whether element factory `factory` is installed. */
 int fc_gst_element_available(const char *factory);
-/* 0 when it is, else FC_EMEDIA with a detail naming the package to install. */
+/* 0 if it is, else FC_EMEDIA with a detail naming the package to install. */
 int fc_gst_require(const char *factory);
 
 /* Makes an element and puts it in pipeline at once, so the pipeline owns it and cleanup only

@@ -113,7 +113,6 @@ void lv_shared_unref_closure(gpointer data, GClosure *closure) {
 
 /* ---- construction helpers (the ones shared with mp4.c are in gst_common.c) ---- */
 
-/* Fails, naming the package to install, unless element factory `factory` is installed. */
 /* Sets an enum or flags property from its nick if the element has it (optional tuning). */
 static void set_optional(GstElement *e, const char *prop, const char *value) {
   if (fc_gst_has_property(e, prop)) gst_util_set_object_arg(G_OBJECT(e), prop, value);
@@ -247,13 +246,21 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
                       p.ice_port_min, p.ice_port_max, FC_LIVE_ICE_PORT_LO);
     goto fail;
   }
+  if (p.offerer && p.kind != FC_LIVE_WEBRTC) {
+    rc = fc_error_set(FC_EINVAL, "live output: only a WebRTC output makes an offer");
+    goto fail;
+  }
   if (p.kind == FC_LIVE_WEBRTC && !on_answer) {
     rc = fc_error_set(FC_EINVAL, "live output: a WebRTC output needs an answer callback");
     goto fail;
   }
 
   /* The offer is checked before anything is built (and before GStreamer is even needed). */
-  if (p.kind == FC_LIVE_WEBRTC && (rc = fc_sdp_parse_offer(offer_sdp, &offer, &ch))) goto fail;
+  if (p.kind == FC_LIVE_WEBRTC && !p.offerer &&
+      (rc = fc_sdp_parse_offer(offer_sdp, &offer, &ch)))
+    goto fail;
+  /* An offerer names its own formats: what it sends, as SFUs (SRS) prefer it. */
+  if (p.offerer) g_strlcpy(ch.video_plid, "42e01f", sizeof ch.video_plid);
 
   if ((rc = fc_gst_init())) goto fail;
   /* webrtcbin only fails at pad-request time without these; name the package up front. */
@@ -341,6 +348,10 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
   h264caps =
       gst_caps_new_simple("video/x-h264", "profile", G_TYPE_STRING, "constrained-baseline", NULL);
   vrtp = lv_rtp_caps(1, ch.video_pt);
+  /* An answer takes the mode from the offer it answers; an offer must say it (RFC 6184's
+   * default, mode 0, forbids the FU-A fragments rtph264pay makes of large frames). */
+  if (vrtp && p.offerer)
+    gst_caps_set_simple(vrtp, "packetization-mode", G_TYPE_STRING, "1", NULL);
   artp = lv_rtp_caps(0, ch.audio_pt);
   if (!vcaps || !acaps || !h264caps || !vrtp || !artp) {
     rc = fc_error_set(FC_EMEDIA, "live output: could not build stream caps");
@@ -448,7 +459,8 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
   if ((rc = lv_report_recorded(sh, FC_EMEDIA))) goto fail;
 
   if (p.kind == FC_LIVE_WEBRTC) {
-    if ((rc = lv_negotiate(l->webrtc, &offer, &ch))) goto fail;
+    if ((rc = p.offerer ? lv_make_offer(l->webrtc, &ch) : lv_negotiate(l->webrtc, &offer, &ch)))
+      goto fail;
     if ((rc = lv_report_recorded(sh, FC_EMEDIA))) goto fail;
     lv_watch_job *job = calloc(1, sizeof *job);
     if (!job) {
@@ -508,6 +520,13 @@ fail:
   }
   if (err) *err = rc;
   return NULL;
+}
+
+int fc_live_set_answer(fc_live *l, const char *answer_sdp) {
+  if (!l || !l->webrtc || !l->p.offerer)
+    return fc_error_set(FC_EINVAL, "fc_live_set_answer: not an offering WebRTC output");
+  int rc = lv_set_answer(l->webrtc, answer_sdp);
+  return rc ? rc : lv_report_recorded(l->sh, FC_EMEDIA);
 }
 
 void fc_live_destroy(fc_live *l) {

@@ -76,16 +76,27 @@ typedef struct fc_live_params {
    * FC_LIVE_ICE_PORT_LO <= ice_port_min <= ice_port_max <= 65535. */
   int ice_port_min, ice_port_max;
   int ice_no_tcp;           /* 1: UDP candidates only; 0: UDP and TCP (libnice's default) */
+  /* FC_LIVE_WEBRTC only. 0: answer the remote offer given to create. 1: make the offer
+   * (a WHIP publisher, media/whip.h): create takes no offer, on_answer receives our own offer
+   * (H.264 constrained baseline in packetization mode 1 on payload type 96, Opus on 111, both
+   * sendonly, candidates gathered) and the peer's answer comes through fc_live_set_answer. */
+  int offerer;
   fc_live_state_cb on_state;
   void *user;
 } fc_live_params;
 
 /* Creates the output. For FC_LIVE_WEBRTC, offer_sdp is the remote offer and on_answer is called
- * once (from a GStreamer thread) with the answer, after ICE gathering completes or 3 s pass.
+ * once (from a GStreamer thread) with the answer, after ICE gathering completes or 3 s pass
+ * (an offerer: offer_sdp NULL, and on_answer gets our offer the same way).
  * Errors (no callback then): FC_EINVAL for an offer that does not parse or offers no H.264 or
  * no Opus it can receive, FC_EMEDIA for a missing GStreamer element; each with a detail. */
 fc_live *fc_live_create(const fc_live_params *p, const char *offer_sdp,
                         fc_live_answer_cb on_answer, void *user, int *err);
+
+/* An offerer's (fc_live_params.offerer) remote answer: sets it, after which ICE and DTLS
+ * start (the state callback tells how they go). 0, or FC_EINVAL for an answer that does not
+ * parse or that webrtcbin refuses, with a detail. Once, from the owner's thread. */
+int fc_live_set_answer(fc_live *l, const char *answer_sdp);
 
 /* Whether `preset` is one of x264's speed presets (the live encoder's): 0, or FC_EINVAL with a
  * detail. For checking options before any session. */

@@ -149,5 +149,7 @@ GstCaps *lv_rtp_caps(int video, int pt);
 int lv_link_to_webrtc(GstElement *webrtc, GstElement *pay, GstCaps *caps);
 int lv_negotiate(GstElement *webrtc, GstSDPMessage **offer, const fc_offer_choice *ch);
 int lv_configure_ice(GstElement *webrtc, const fc_live_params *p);
+int lv_make_offer(GstElement *webrtc, const fc_offer_choice *ch);
+int lv_set_answer(GstElement *webrtc, const char *sdp);
 
 #endif

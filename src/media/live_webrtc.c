@@ -152,6 +152,51 @@ out:
   return rc;
 }
 
+/* The offerer's side (a WHIP publisher): create-offer from our two SENDONLY transceivers, the
+ * same fixes as an answer's (profile-level-id, which webrtcbin writes for no format it made
+ * from caps alone, and a=msid), set-local-description. Gathering starts with the last; the
+ * watch thread hands the offer out once it holds the candidates. */
+int lv_make_offer(GstElement *webrtc, const fc_offer_choice *ch) {
+  GstWebRTCSessionDescription *offer = NULL;
+  GstStructure *reply;
+  int rc;
+  GstPromise *pr = gst_promise_new();
+  g_signal_emit_by_name(webrtc, "create-offer", NULL, pr);
+  if ((rc = wait_reply(pr, "creating the SDP offer", FC_EMEDIA, &reply))) return rc;
+  if (reply) {
+    gst_structure_get(reply, "offer", GST_TYPE_WEBRTC_SESSION_DESCRIPTION, &offer, NULL);
+    gst_structure_free(reply);
+  }
+  if (!offer) return fc_error_set(FC_EMEDIA, "webrtcbin created no SDP offer");
+  fc_sdp_fix_answer(offer->sdp, ch);
+  pr = gst_promise_new();
+  g_signal_emit_by_name(webrtc, "set-local-description", offer, pr);
+  rc = wait_reply(pr, "setting the SDP offer", FC_EMEDIA, &reply);
+  if (reply) gst_structure_free(reply);
+  gst_webrtc_session_description_free(offer);
+  return rc;
+}
+
+/* The peer's answer to our offer. A bad one (not SDP, or not matching the offer) is the
+ * peer's fault: FC_EINVAL. */
+int lv_set_answer(GstElement *webrtc, const char *sdp) {
+  GstSDPMessage *msg = NULL;
+  GstStructure *reply;
+  if (!sdp || gst_sdp_message_new(&msg) != GST_SDP_OK) return fc_error_set(FC_EINVAL, "no answer");
+  if (gst_sdp_message_parse_buffer((const guint8 *)sdp, (guint)strlen(sdp), msg) != GST_SDP_OK ||
+      gst_sdp_message_medias_len(msg) == 0) {
+    gst_sdp_message_free(msg);
+    return fc_error_set(FC_EINVAL, "the answer is not an SDP description with media");
+  }
+  GstWebRTCSessionDescription *desc =
+      gst_webrtc_session_description_new(GST_WEBRTC_SDP_TYPE_ANSWER, msg);
+  GstPromise *pr = gst_promise_new();
+  g_signal_emit_by_name(webrtc, "set-remote-description", desc, pr);
+  int rc = wait_reply(pr, "setting the SDP answer", FC_EINVAL, &reply);
+  if (reply) gst_structure_free(reply);
+  gst_webrtc_session_description_free(desc);
+  return rc;
+}
 
 /* The ICE agent's ports and transports (fc_live_params). webrtcbin hands them to libnice when
  * a stream starts gathering: nice_agent_set_port_range on the one component (bundle + rtcp-mux)

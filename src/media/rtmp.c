@@ -28,8 +28,9 @@
  *               muxer stops and the appsrcs, leaky, drop their oldest).
  *   RETRYING    the pipeline is gone; the next attempt comes after a back-off of 1 s,
  *               doubling up to 30 s, back to 1 s once a connection was made.
- * The owner hears of a change (on_link) when a connection is made, when one is lost, and at
- * the first failure after either: a server that is down for an hour is one line, not 120.
+ * The owner hears of a change (on_link, through fc_sink_retry: sink.h) when a connection is
+ * made, when one is lost, and at the first failure after either: a server that is down for an
+ * hour is one line, not 120.
  *
  * Timestamps. Each connection's stream starts at 0 with the first frame pushed on it (its
  * origin): picture `index` is stamped (index − origin)/fps, sample s (s − origin's first
@@ -48,8 +49,9 @@
  * connection that stays slow).
  *
  * Threads: create and destroy on the owner's thread; push (and so every connection change)
- * on the ring's thread; stats and link from any thread (atomics; `lock` for the link and
- * the first error, which the bus sync handler writes from GStreamer's threads). */
+ * on the ring's thread; stats and link from any thread (atomics; the retry's own lock for
+ * the link; `lock` for the first error, which the bus sync handler writes from GStreamer's
+ * threads). */
 #include "media/rtmp.h"
 
 #include "facecast/error.h"
@@ -65,8 +67,6 @@
 
 #define STALL_US (5 * G_TIME_SPAN_SECOND)
 #define POLL_US (100 * G_TIME_SPAN_MILLISECOND)
-#define BACKOFF_FIRST_S 1
-#define BACKOFF_MAX_S 30
 /* Raw pictures appsrc holds before dropping its oldest (320 ms at 25 fps), and sound. */
 #define VIDEO_QUEUE_FRAMES 8
 #define AUDIO_QUEUE_MS 400
@@ -74,7 +74,6 @@
 #define AUDIO_CHUNK_SAMPLES 1024
 #define RTMP_CRF 23       /* x264's quality under the cap, as the live outputs' */
 #define AAC_BITRATE 64000 /* mono speech */
-#define DEFAULT_QUEUE 25  /* 1 s of frames in the ring in front */
 #define EOS_WAIT_US (1 * G_TIME_SPAN_SECOND) /* for the last frames to leave at destroy */
 
 typedef struct rtmp_out {
@@ -96,16 +95,14 @@ typedef struct rtmp_out {
   int64_t origin;        /* frame index stamped 0 on this connection */
   int64_t origin_sample; /* its first sample */
   int64_t next_sample;   /* the smallest sample accepted next */
-  gint64 attempt_us, poll_us, retry_at_us;
-  int backoff_s;
-  int told_down; /* a failure was reported since the last connection (quiet retries) */
+  gint64 attempt_us, poll_us;
+  fc_sink_retry retry; /* the link, its back-off and its reports (sink.h) */
 
   /* Any thread. */
   _Atomic gint64 progress_us; /* when data last left the muxer */
   _Atomic uint64_t pushed, dropped, bytes_out, encoded, keyframes;
-  GMutex lock;            /* err and link */
+  GMutex lock;            /* err */
   fc_gst_first_error err; /* the current pipeline's first error */
-  fc_sink_link link;
 } rtmp_out;
 
 /* ---- the URL ---- */
@@ -127,16 +124,6 @@ int fc_rtmp_check_url(const char *url) {
 }
 
 /* ---- the connection's state ---- */
-
-static void tell(rtmp_out *r) {
-  if (!r->p.on_link) return;
-  fc_sink_link l;
-  g_mutex_lock(&r->lock);
-  l = r->link;
-  g_mutex_unlock(&r->lock);
-  l.retry_in_ms = l.state == FC_SINK_LINK_RETRYING ? r->backoff_s * 1000 : 0;
-  r->p.on_link(r->p.user, &l);
-}
 
 static GstBusSyncReply on_bus(GstBus *bus, GstMessage *msg, gpointer data) {
   rtmp_out *r = data;
@@ -210,7 +197,7 @@ static int build(rtmp_out *r) {
   int rc;
   if (!(r->pipeline = gst_pipeline_new("fc-rtmp")))
     return fc_error_set(FC_EMEDIA, "could not create a GStreamer pipeline");
-  const fc_rtmp_params *p = &r->p;
+  const fc_sink_push_params *p = &r->p.out;
   const fc_x264_config xc = {.preset = p->x264_preset,
                              .threads = 1,
                              .keyint = 2 * p->fps,
@@ -271,23 +258,14 @@ static int build(rtmp_out *r) {
 }
 
 static void fail(rtmp_out *r, gint64 now, const char *why) {
+  char msg[sizeof r->retry.link.error];
+  g_strlcpy(msg, why, sizeof msg);
   teardown(r);
-  g_mutex_lock(&r->lock);
-  const int was_up = r->link.state == FC_SINK_LINK_CONNECTED;
-  r->link.state = FC_SINK_LINK_RETRYING;
-  r->link.failures++;
-  g_strlcpy(r->link.error, why, sizeof r->link.error);
-  r->retry_at_us = now + (gint64)r->backoff_s * G_TIME_SPAN_SECOND;
-  g_mutex_unlock(&r->lock);
-  if (was_up || !r->told_down) tell(r);
-  r->told_down = 1;
-  r->backoff_s = r->backoff_s * 2 > BACKOFF_MAX_S ? BACKOFF_MAX_S : r->backoff_s * 2;
+  fc_sink_retry_failed(&r->retry, now, msg);
 }
 
 static void attempt(rtmp_out *r, gint64 now) {
-  g_mutex_lock(&r->lock);
-  r->link.state = FC_SINK_LINK_CONNECTING;
-  g_mutex_unlock(&r->lock);
+  fc_sink_retry_attempt(&r->retry);
   r->attempt_us = r->poll_us = now;
   int rc = build(r);
   if (rc) fail(r, now, fc_error_detail(rc));
@@ -310,26 +288,20 @@ static void step(rtmp_out *r, gint64 now) {
   if (r->pipeline) {
     g_mutex_lock(&r->lock);
     const int failed = r->err.code;
-    char why[sizeof r->link.error];
+    char why[sizeof r->retry.link.error];
     g_strlcpy(why, r->err.msg, sizeof why);
-    const fc_sink_link_state st = r->link.state;
     g_mutex_unlock(&r->lock);
+    const fc_sink_link_state st = fc_sink_retry_state(&r->retry);
     if (failed) {
       fail(r, now, why);
     } else if (st == FC_SINK_LINK_CONNECTING && now - r->poll_us >= POLL_US) {
       r->poll_us = now;
       if (wire_bytes(r) > 0) {
-        g_mutex_lock(&r->lock);
-        r->link.state = FC_SINK_LINK_CONNECTED;
-        r->link.connects++;
-        g_mutex_unlock(&r->lock);
         atomic_store_explicit(&r->progress_us, now, memory_order_relaxed);
-        r->backoff_s = BACKOFF_FIRST_S;
-        r->told_down = 0;
-        tell(r);
-      } else if (now - r->attempt_us > (gint64)r->p.connect_timeout_ms * 1000) {
+        fc_sink_retry_connected(&r->retry);
+      } else if (now - r->attempt_us > (gint64)r->p.out.connect_timeout_ms * 1000) {
         snprintf(why, sizeof why, "rtmp push: the server did not take the stream within %d ms",
-                 r->p.connect_timeout_ms);
+                 r->p.out.connect_timeout_ms);
         fail(r, now, why);
       }
     } else if (st == FC_SINK_LINK_CONNECTED &&
@@ -337,7 +309,7 @@ static void step(rtmp_out *r, gint64 now) {
       fail(r, now, "rtmp push: the server stopped taking the stream (nothing sent for 5 s)");
     }
   }
-  if (!r->pipeline && now >= r->retry_at_us) attempt(r, now);
+  if (!r->pipeline && fc_sink_retry_due(&r->retry, now)) attempt(r, now);
 }
 
 /* ---- pushing (the ring's thread) ---- */
@@ -350,7 +322,7 @@ static int push_video(rtmp_out *r, const uint8_t *i420, int64_t index) {
     gst_buffer_unref(buf);
     return fc_error_set(FC_EMEDIA, "rtmp push: could not map a video buffer");
   }
-  const guint64 k = (guint64)(index - r->origin), fps = (guint64)r->p.fps;
+  const guint64 k = (guint64)(index - r->origin), fps = (guint64)r->p.out.fps;
   GST_BUFFER_PTS(buf) = gst_util_uint64_scale(k, GST_SECOND, fps);
   GST_BUFFER_DTS(buf) = GST_CLOCK_TIME_NONE;
   GST_BUFFER_DURATION(buf) = gst_util_uint64_scale(k + 1, GST_SECOND, fps) - GST_BUFFER_PTS(buf);
@@ -361,7 +333,7 @@ static int push_video(rtmp_out *r, const uint8_t *i420, int64_t index) {
 }
 
 static int push_audio(rtmp_out *r, const int16_t *pcm, size_t n, int64_t first_sample) {
-  const guint64 rate = (guint64)r->p.sample_rate;
+  const guint64 rate = (guint64)r->p.out.sample_rate;
   const int64_t zero = r->origin_sample + r->priming; /* the sample stamped 0 */
   size_t done = 0;
   if (first_sample < r->next_sample) return 0; /* overlaps what went out: not a clock */
@@ -404,9 +376,7 @@ static int rtmp_push(void *self, const fc_sink_frame *f) {
     r->have_last = 1;
   }
   step(r, g_get_monotonic_time());
-  g_mutex_lock(&r->lock);
-  const int up = r->link.state == FC_SINK_LINK_CONNECTED;
-  g_mutex_unlock(&r->lock);
+  const int up = fc_sink_retry_state(&r->retry) == FC_SINK_LINK_CONNECTED;
   if (!up || !r->have_last || (r->started && f->index < r->origin)) {
     atomic_fetch_add_explicit(&r->dropped, 1, memory_order_relaxed);
     return 0; /* the output's own policy: not an error for the pusher */
@@ -431,21 +401,14 @@ static void rtmp_stats(void *self, fc_sink_stats *out) {
 }
 
 static int rtmp_link(void *self, fc_sink_link *out) {
-  rtmp_out *r = self;
-  g_mutex_lock(&r->lock);
-  *out = r->link;
-  const gint64 left = r->retry_at_us - g_get_monotonic_time();
-  g_mutex_unlock(&r->lock);
-  out->retry_in_ms = out->state == FC_SINK_LINK_RETRYING && left > 0 ? (int)(left / 1000) : 0;
+  fc_sink_retry_get(&((rtmp_out *)self)->retry, out);
   return FC_OK;
 }
 
 static void rtmp_destroy(void *self) {
   rtmp_out *r = self;
   if (!r) return;
-  g_mutex_lock(&r->lock);
-  const int up = r->link.state == FC_SINK_LINK_CONNECTED;
-  g_mutex_unlock(&r->lock);
+  const int up = fc_sink_retry_state(&r->retry) == FC_SINK_LINK_CONNECTED;
   if (r->pipeline && up) {
     /* Let what is queued go out and the server close the stream cleanly (its recording
      * complete), for a moment at most: a stalled server is not waited for. */
@@ -461,6 +424,7 @@ static void rtmp_destroy(void *self) {
   if (r->vcaps) gst_caps_unref(r->vcaps);
   if (r->acaps) gst_caps_unref(r->acaps);
   g_mutex_clear(&r->lock);
+  fc_sink_retry_clear(&r->retry);
   free(r->last);
   g_free(r->url);
   g_free(r->preset);
@@ -483,49 +447,31 @@ fc_sink *fc_rtmp_sink_create(const fc_rtmp_params *params, int *err) {
     return NULL;
   }
   fc_rtmp_params p = *params;
-  if (!p.fps) p.fps = 25;
-  if (!p.sample_rate) p.sample_rate = 16000;
-  if (!p.video_kbps) p.video_kbps = 1500;
-  if (!p.queue_frames) p.queue_frames = DEFAULT_QUEUE;
-  if (!p.connect_timeout_ms) p.connect_timeout_ms = 10000;
-  if (!p.x264_preset) p.x264_preset = FC_LIVE_X264_PRESET;
-  if ((rc = fc_rtmp_check_url(p.url))) goto fail;
-  if (p.width <= 0 || p.height <= 0 || (p.width | p.height) & 1 || p.width > 8192 ||
-      p.height > 8192 || p.fps < 1 || p.fps > 240 || p.sample_rate < 8000 ||
-      p.sample_rate > 192000 || p.video_kbps < 1 || p.video_kbps > 100000 || p.video_qp < 0 ||
-      p.video_qp > 51 || p.queue_frames < 1 || p.queue_frames > 1000 ||
-      p.connect_timeout_ms < 100 || p.connect_timeout_ms > 600000) {
-    rc = fc_error_set(FC_EINVAL,
-                      "rtmp push: invalid parameters (%dx%d, fps %d, sample rate %d, "
-                      "%d kbit/s, QP %d, queue %d)",
-                      p.width, p.height, p.fps, p.sample_rate, p.video_kbps, p.video_qp,
-                      p.queue_frames);
+  if ((rc = fc_rtmp_check_url(p.url)) || (rc = fc_sink_push_params_fill(&p.out, "rtmp push")))
     goto fail;
-  }
-  if ((rc = fc_live_check_preset(p.x264_preset))) goto fail;
   /* Everything a connection needs, checked now rather than at the first attempt. */
-  if ((rc = fc_gst_init()) || (rc = fc_gst_require("rtmp2sink")) || (rc = fc_gst_require("flvmux")) ||
-      (rc = fc_gst_require("h264parse")) || (rc = fc_gst_require("aacparse")))
+  if ((rc = fc_gst_init()) || (rc = fc_gst_require("rtmp2sink")) ||
+      (rc = fc_gst_require("flvmux")) || (rc = fc_gst_require("h264parse")) ||
+      (rc = fc_gst_require("aacparse")))
     goto fail;
   if (!(r = calloc(1, sizeof *r))) {
     rc = fc_error_set(FC_ENOMEM, "rtmp push: out of memory");
     goto fail;
   }
   g_mutex_init(&r->lock);
+  fc_sink_retry_init(&r->retry, p.out.on_link, p.out.user);
   r->sink = (fc_sink){&rtmp_ops, r};
   r->p = p;
   r->url = g_strdup(p.url);
   r->p.url = NULL;
-  r->p.x264_preset = r->preset = g_strdup(p.x264_preset);
-  r->backoff_s = BACKOFF_FIRST_S;
-  r->link.state = FC_SINK_LINK_CONNECTING; /* the first frame starts the first attempt */
-  r->pic_bytes = (size_t)p.width * p.height * 3 / 2;
+  r->p.out.x264_preset = r->preset = g_strdup(p.out.x264_preset);
+  r->pic_bytes = (size_t)p.out.width * p.out.height * 3 / 2;
   if (!(r->last = malloc(r->pic_bytes))) {
     rc = fc_error_set(FC_ENOMEM, "rtmp push: out of memory");
     goto fail;
   }
-  if ((rc = fc_gst_raw_caps(p.width, p.height, p.fps, p.sample_rate, "rtmp push", &r->vinfo,
-                            &r->vcaps, &r->acaps)))
+  if ((rc = fc_gst_raw_caps(p.out.width, p.out.height, p.out.fps, p.out.sample_rate, "rtmp push",
+                            &r->vinfo, &r->vcaps, &r->acaps)))
     goto fail;
   r->vpool =
       fc_gst_make_pool(r->vcaps, (guint)GST_VIDEO_INFO_SIZE(&r->vinfo), VIDEO_QUEUE_FRAMES + 2);
@@ -534,9 +480,10 @@ fc_sink *fc_rtmp_sink_create(const fc_rtmp_params *params, int *err) {
     rc = fc_error_set(FC_EMEDIA, "rtmp push: could not set up buffer pools");
     goto fail;
   }
-  const size_t per_frame = (size_t)(p.sample_rate + p.fps - 1) / (size_t)p.fps;
+  const fc_sink_push_params *o = &p.out;
+  const size_t per_frame = (size_t)(o->sample_rate + o->fps - 1) / (size_t)o->fps;
   fc_sink *q =
-      fc_sink_queued_create(&r->sink, p.width, p.height, 2 * per_frame, p.queue_frames, &rc);
+      fc_sink_queued_create(&r->sink, o->width, o->height, 2 * per_frame, o->queue_frames, &rc);
   if (!q) goto out; /* took r over */
   *err = FC_OK;
   return q;

@@ -11,18 +11,7 @@
 
 typedef struct fc_rtmp_params {
   const char *url;         /* rtmp://host[:port]/app/stream (rtmps:// too); copied */
-  int width, height;       /* even */
-  int fps;                 /* default 25 */
-  int sample_rate;         /* of the pushed PCM; default 16000 */
-  int video_kbps;          /* the video's cap (constant quality under it); default 1500 */
-  int video_qp;            /* 1..51: a constant quantizer instead (a still avatar); 0: CRF */
-  const char *x264_preset; /* NULL: the live outputs' (FC_LIVE_X264_PRESET) */
-  int queue_frames;        /* frames waiting for the connection's thread; default 25 (1 s) */
-  int connect_timeout_ms;  /* a server that has not taken the stream by then: retry; 10000 */
-  /* Called on the connection's thread when its state changes (connected, lost, the first
-   * failure of a run of attempts), for the owner's log; not for every retry. May be NULL. */
-  void (*on_link)(void *user, const fc_sink_link *link);
-  void *user;
+  fc_sink_push_params out; /* the encoding, the queue, the connection's timeout, on_link */
 } fc_rtmp_params;
 
 /* Checks an RTMP URL as the output will use it: rtmp:// or rtmps://, a host, an application

@@ -1,8 +1,10 @@
-/* Outputs behind one interface (sink.h): the calls, and the queued sink, a bounded ring and a
- * thread in front of another sink. */
+/* Outputs behind one interface (sink.h): the calls, the queued sink (a bounded ring and a
+ * thread in front of another sink), and what the pushing outputs share (their parameters'
+ * defaults and checks, their connection's bookkeeping). */
 #include "media/sink.h"
 
 #include "facecast/error.h"
+#include "media/live.h"
 
 #include <glib.h>
 #include <stdlib.h>
@@ -42,6 +44,106 @@ const char *fc_sink_link_state_name(fc_sink_link_state s) {
   case FC_SINK_LINK_RETRYING: return "retrying";
   }
   return "unknown";
+}
+
+/* ---- what pushing outputs share ---- */
+
+int fc_sink_push_params_fill(fc_sink_push_params *p, const char *who) {
+  if (!p->fps) p->fps = 25;
+  if (!p->sample_rate) p->sample_rate = 16000;
+  if (!p->video_kbps) p->video_kbps = 1500;
+  if (!p->queue_frames) p->queue_frames = 25;
+  if (!p->connect_timeout_ms) p->connect_timeout_ms = 10000;
+  if (!p->x264_preset) p->x264_preset = FC_LIVE_X264_PRESET;
+  if (p->width <= 0 || p->height <= 0 || (p->width | p->height) & 1 || p->width > 8192 ||
+      p->height > 8192 || p->fps < 1 || p->fps > 240 || p->sample_rate < 8000 ||
+      p->sample_rate > 192000 || p->video_kbps < 1 || p->video_kbps > 100000 ||
+      p->video_qp < 0 || p->video_qp > 51 || p->queue_frames < 1 || p->queue_frames > 1000 ||
+      p->connect_timeout_ms < 100 || p->connect_timeout_ms > 600000)
+    return fc_error_set(FC_EINVAL,
+                        "%s: invalid parameters (%dx%d, fps %d, sample rate %d, %d kbit/s, QP %d, "
+                        "queue %d, connect timeout %d ms)",
+                        who, p->width, p->height, p->fps, p->sample_rate, p->video_kbps,
+                        p->video_qp, p->queue_frames, p->connect_timeout_ms);
+  return fc_live_check_preset(p->x264_preset);
+}
+
+/* ---- a pushing output's connection bookkeeping ---- */
+
+#define RETRY_FIRST_S 1
+#define RETRY_MAX_S 30
+
+void fc_sink_retry_init(fc_sink_retry *r, void (*on_link)(void *, const fc_sink_link *),
+                        void *user) {
+  memset(r, 0, sizeof *r);
+  g_mutex_init(&r->lock);
+  r->link.state = FC_SINK_LINK_CONNECTING; /* the first frame starts the first attempt */
+  r->backoff_s = RETRY_FIRST_S;
+  r->on_link = on_link;
+  r->user = user;
+}
+
+void fc_sink_retry_clear(fc_sink_retry *r) { g_mutex_clear(&r->lock); }
+
+static void retry_tell(fc_sink_retry *r) {
+  if (!r->on_link) return;
+  fc_sink_link l;
+  g_mutex_lock(&r->lock);
+  l = r->link;
+  g_mutex_unlock(&r->lock);
+  l.retry_in_ms = l.state == FC_SINK_LINK_RETRYING ? r->backoff_s * 1000 : 0;
+  r->on_link(r->user, &l);
+}
+
+void fc_sink_retry_attempt(fc_sink_retry *r) {
+  g_mutex_lock(&r->lock);
+  r->link.state = FC_SINK_LINK_CONNECTING;
+  g_mutex_unlock(&r->lock);
+}
+
+int fc_sink_retry_due(fc_sink_retry *r, gint64 now_us) {
+  g_mutex_lock(&r->lock);
+  const int due = now_us >= r->retry_at_us;
+  g_mutex_unlock(&r->lock);
+  return due;
+}
+
+void fc_sink_retry_connected(fc_sink_retry *r) {
+  g_mutex_lock(&r->lock);
+  r->link.state = FC_SINK_LINK_CONNECTED;
+  r->link.connects++;
+  g_mutex_unlock(&r->lock);
+  r->backoff_s = RETRY_FIRST_S;
+  r->told_down = 0;
+  retry_tell(r);
+}
+
+void fc_sink_retry_failed(fc_sink_retry *r, gint64 now_us, const char *why) {
+  g_mutex_lock(&r->lock);
+  const int was_up = r->link.state == FC_SINK_LINK_CONNECTED;
+  r->link.state = FC_SINK_LINK_RETRYING;
+  r->link.failures++;
+  g_strlcpy(r->link.error, why ? why : "", sizeof r->link.error);
+  r->retry_at_us = now_us + (gint64)r->backoff_s * G_TIME_SPAN_SECOND;
+  g_mutex_unlock(&r->lock);
+  if (was_up || !r->told_down) retry_tell(r);
+  r->told_down = 1;
+  r->backoff_s = r->backoff_s * 2 > RETRY_MAX_S ? RETRY_MAX_S : r->backoff_s * 2;
+}
+
+fc_sink_link_state fc_sink_retry_state(fc_sink_retry *r) {
+  g_mutex_lock(&r->lock);
+  const fc_sink_link_state st = r->link.state;
+  g_mutex_unlock(&r->lock);
+  return st;
+}
+
+void fc_sink_retry_get(fc_sink_retry *r, fc_sink_link *out) {
+  g_mutex_lock(&r->lock);
+  *out = r->link;
+  const gint64 left = r->retry_at_us - g_get_monotonic_time();
+  g_mutex_unlock(&r->lock);
+  out->retry_in_ms = out->state == FC_SINK_LINK_RETRYING && left > 0 ? (int)(left / 1000) : 0;
 }
 
 /* ---- the queued sink ---------------------------------------------------------------------- */

@@ -22,6 +22,7 @@
 
 #include "facecast/picture.h"
 
+#include <glib.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -60,6 +61,56 @@ typedef struct fc_sink_link {
 
 /* "connecting", "connected", "retrying" */
 const char *fc_sink_link_state_name(fc_sink_link_state s);
+
+/* What a pushing output (rtmp.h, whip.h) encodes and how it connects, the same for each. */
+typedef struct fc_sink_push_params {
+  int width, height;       /* even */
+  int fps;                 /* default 25 */
+  int sample_rate;         /* of the pushed PCM; default 16000 */
+  int video_kbps;          /* the video's cap (constant quality under it); default 1500 */
+  int video_qp;            /* 1..51: a constant quantizer instead (a still avatar); 0: CRF */
+  const char *x264_preset; /* NULL: the live outputs' (FC_LIVE_X264_PRESET); borrowed */
+  int queue_frames;        /* frames waiting for the connection's thread; default 25 (1 s) */
+  int connect_timeout_ms;  /* an attempt not connected by then fails (then a retry); 10000 */
+  /* Called on the connection's thread when its state changes (connected, lost, the first
+   * failure of a run of attempts), for the owner's log; not for every retry. May be NULL. */
+  void (*on_link)(void *user, const fc_sink_link *link);
+  void *user;
+} fc_sink_push_params;
+
+/* Fills in p's defaults and checks it: 0, or FC_EINVAL with a detail naming `who`. */
+int fc_sink_push_params_fill(fc_sink_push_params *p, const char *who);
+
+/* A pushing output's connection bookkeeping, the same for each (rtmp.c, whip.c): the link's
+ * state and counts, the back-off between attempts (1 s, doubling up to 30 s, back to 1 s once
+ * a connection was made), and the owner told of a change (on_link: a connection made, one
+ * lost, the first failure after either; not each retry: a server down for an hour is one
+ * line). The output's connection thread moves it; get reads it from any thread. */
+typedef struct fc_sink_retry {
+  GMutex lock; /* link, retry_at_us */
+  fc_sink_link link;
+  gint64 retry_at_us;
+  int backoff_s; /* the connection thread's */
+  int told_down;
+  void (*on_link)(void *user, const fc_sink_link *link);
+  void *user;
+} fc_sink_retry;
+
+/* CONNECTING, waiting for the first frame's attempt. */
+void fc_sink_retry_init(fc_sink_retry *r, void (*on_link)(void *, const fc_sink_link *),
+                        void *user);
+void fc_sink_retry_clear(fc_sink_retry *r);
+/* An attempt starts (CONNECTING); whether one is due (RETRYING and its time has come, or
+ * the first). */
+void fc_sink_retry_attempt(fc_sink_retry *r);
+int fc_sink_retry_due(fc_sink_retry *r, gint64 now_us);
+/* The attempt made a connection (told); the attempt or the connection failed (why copied:
+ * it may be the thread's error detail; told if it is news). now_us: g_get_monotonic_time(). */
+void fc_sink_retry_connected(fc_sink_retry *r);
+void fc_sink_retry_failed(fc_sink_retry *r, gint64 now_us, const char *why);
+fc_sink_link_state fc_sink_retry_state(fc_sink_retry *r);
+/* The link as fc_sink_get_link gives it (retry_in_ms counted down). */
+void fc_sink_retry_get(fc_sink_retry *r, fc_sink_link *out);
 
 typedef struct fc_sink_ops {
   const char *kind; /* "webrtc", "null", "mp4", "rtmp", "queued" */

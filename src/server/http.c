@@ -374,7 +374,12 @@ static int check_request(fc_server *srv, SoupServerMessage *msg, const char *pat
     return 0;
   }
   cors_apply(srv, msg);
-  if (fc_http_is_method(msg, "OPTIONS")) { /* a preflight, or a WHEP client's probe */
+  /* A preflight is answered here, before the key check (browsers send it without one); a
+   * WHEP player's OPTIONS goes on to its route (its ICE servers, behind the key check); any
+   * other OPTIONS is told what the server allows. */
+  int preflight = soup_message_headers_get_one(soup_server_message_get_request_headers(msg),
+                                               "Access-Control-Request-Method") != NULL;
+  if (fc_http_is_method(msg, "OPTIONS") && (preflight || strcmp(path, "/whep") != 0)) {
     soup_message_headers_replace(soup_server_message_get_response_headers(msg), "Allow",
                                  "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS");
     soup_server_message_set_status(msg, 204, NULL);

@@ -125,7 +125,8 @@ typedef struct fc_server {
   GThreadPool *say_workers; /* with a TTS service, FC_JOB_SAY runs here: its threads wait on
                              * the network for whole sentences, the compute pool must not */
   struct fc_keys *keys;   /* --api-keys: control routes want a key; NULL: open server */
-  fc_session *push;       /* push.c: the push transport's session "0" (referenced), or NULL */
+  struct fc_push_out *push; /* push.c: the push transport's sessions "0".. (n_push of them) */
+  int n_push;
   GMutex lock;            /* sessions table */
   GHashTable *sessions;   /* id → fc_session* (one reference) */
   GHashTable *recordings; /* session id → fc_recording: its last finished one (main loop) */
@@ -170,7 +171,7 @@ struct fc_session {
   uint64_t serial;   /* 1, 2, ...: names it in logs and /metrics without giving the id away */
   gint64 opened_us;  /* g_get_monotonic_time() at creation */
   int whep;
-  int push;  /* the push transport's session "0" (push.c): made at start, lives until the end */
+  int push;  /* a push transport's session (push.c): made at start, lives until the end */
   int shard; /* the pacer thread that sends its frames */
   int phase; /* which of the pacer's FC_PACER_PHASES slots of a tick it is sent in */
 
@@ -345,13 +346,21 @@ void fc_server_avatar_put(fc_server *srv, fc_avatar *av);
 /* server.c: starts the lip-sync pool over the devices' backends. */
 int fc_server_sched_start(fc_server *srv);
 
-/* push.c: the push transports (--transport rtmp): session "0", made at start, whose output
- * is pushed to a server instead of answering a viewer. _check refuses a transport or URL it
- * cannot use (server creation, before anything starts); _start makes the session (nothing
- * for webrtc); _json appends ,"transport":... and the push output's state to /healthz's data
- * and _metrics its series. Main loop (start at creation); _json and _metrics from any. */
+/* push.c: the push transports (--transport rtmp: session "0"; rtcpush: sessions "0".. one per
+ * --max-sessions), made at start, whose outputs are pushed to a server instead of answering a
+ * viewer. _check refuses a transport or URL it cannot use (server creation, before anything
+ * starts); _start makes the sessions (nothing for webrtc); _stop drops the server's
+ * references (after the sessions were closed); _json appends ,"transport":... and the push
+ * outputs' state to /healthz's data and _metrics their series. Main loop (start and stop);
+ * _json and _metrics from any. */
+typedef struct fc_push_out {
+  fc_server *srv;
+  fc_session *s; /* referenced */
+  char *url;     /* where it pushes: --push-url, + its number for "1".. (rtcpush) */
+} fc_push_out;
 int fc_push_check(const fc_server_params *p);
 int fc_push_start(fc_server *srv);
+void fc_push_stop(fc_server *srv);
 /* A push URL as logs and the admin API show it: without the stream name (often a key). */
 void fc_push_shown_url(const char *url, char *out, size_t n);
 void fc_push_json(fc_server *srv, GString *out);

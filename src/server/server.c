@@ -252,7 +252,7 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
   srv->port = fc_listener_port(srv->listener);
 
   if ((*err = fc_pacer_start(srv))) goto fail;
-  if ((*err = fc_push_start(srv))) goto fail; /* session "0" with --transport rtmp */
+  if ((*err = fc_push_start(srv))) goto fail; /* sessions "0".. with --transport rtmp|rtcpush */
   if (srv->keys)
     g_message("API keys: %d from %s; control routes need 'Authorization: Bearer KEY'",
               fc_keys_count(srv->keys), srv->p.api_keys);
@@ -307,8 +307,7 @@ void fc_server_destroy(fc_server *srv) {
     fc_session_close(v, "server stopping");
     fc_session_unref(v);
   }
-  if (srv->push) fc_session_unref(srv->push); /* closed above with the others */
-  srv->push = NULL;
+  fc_push_stop(srv); /* closed above with the others */
   if (srv->soup) soup_server_disconnect(srv->soup);
   if (srv->say_workers) g_thread_pool_free(srv->say_workers, FALSE, TRUE); /* cancelled */
   if (srv->listen_workers) g_thread_pool_free(srv->listen_workers, FALSE, TRUE);

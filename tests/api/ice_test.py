@@ -170,7 +170,7 @@ def check_options():
     refused(["--turn", "turn://u:p@127.0.0.1:3478"], env={"TURN_SECRET": SECRET},
             what="TURN_SECRET")
     refused([], env={"TURN_SECRET": SECRET}, what="--turn is not")
-    refused(["--stun", "stun:127.0.0.1:3478"], what="stun://")
+    refused(["--stun", "http://127.0.0.1:3478"], what="stun://")  # (LiveTalking's stun:HOST:PORT is taken)
 
 
 def check_ports():

@@ -335,8 +335,8 @@ def main():
         n1 = health(port)["push"]["frames_pushed"]
         check(15 <= n1 - n0 <= 35, f"frames keep coming at 25 fps without a server ({n1 - n0} in 1 s)")
         m = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-        check(re.search(r"^facecast_push_connected 0$", m, re.M) is not None and
-              re.search(r"^facecast_push_failures_total [1-9]", m, re.M) is not None,
+        check(re.search(r'^facecast_push_connected\{session="0"\} 0$', m, re.M) is not None and
+              re.search(r'^facecast_push_failures_total\{session="0"\} [1-9]', m, re.M) is not None,
               "/metrics: the push is down and has failed")
 
         nginx.start()
@@ -356,7 +356,7 @@ def main():
             dur = float(info.get("format", {}).get("duration", 0))
             check(kinds == [("audio", "aac"), ("video", "h264")] and dur > 2.0,
                   f"the second stream is readable: {kinds}, {dur:.2f} s")
-        lines = [l for l in log if "push rtmp://" in l]
+        lines = [l for l in log if 'push "0" to rtmp://' in l]
         check(3 <= len(lines) <= 5, f"the push logs its changes, not each retry ({len(lines)} lines)")
         print(f"     took {time.time() - t_start:.1f} s")
     finally:
