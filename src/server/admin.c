@@ -138,7 +138,21 @@ static void session_json(JsonBuilder *b, fc_session *s) {
   str(b, "model", model_name(srv));
   str(b, "avatar_id", fc_avatar_id(s->avatar));
   str(b, "REF_FILE", s->ref_audio ? s->ref_audio : ref_file(srv) ? ref_file(srv) : "");
-  str(b, "transport", s->push ? transport(srv) : s->whep ? "whep" : kind && strcmp(kind, "null") ? kind : "webrtc");
+  str(b, "transport", s->push      ? transport(srv)
+                      : s->whep    ? "whep"
+                      : s->wsout   ? "websocket"
+                      : kind && strcmp(kind, "null") ? kind
+                                                     : "webrtc");
+  if (s->wsout) { /* main loop, as s->wsout: what a slow client lost, what waits for it */
+    uint64_t vd, ad, backlog;
+    fc_wsout_stats(s->wsout, &vd, &ad, &backlog);
+    json_builder_set_member_name(b, "stream");
+    json_builder_begin_object(b);
+    num(b, "video_dropped", (gint64)vd);
+    num(b, "audio_dropped", (gint64)ad);
+    num(b, "backlog_bytes", (gint64)backlog);
+    json_builder_end_object(b);
+  }
   num(b, "batch_size", batch_size(srv));
   json_builder_set_member_name(b, "customopt");
   json_builder_begin_array(b);

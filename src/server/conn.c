@@ -101,6 +101,14 @@ void fc_conn_ws_message(fc_conn *c) {
   if (c) c->ws_pending = 0;
 }
 
+uint64_t fc_conn_bytes_written(fc_conn *c) {
+  return c ? __atomic_load_n(&c->written, __ATOMIC_RELAXED) : 0;
+}
+
+void fc_conn_limit_send_buffer(fc_conn *c, int bytes) {
+  if (c && c->sock) g_socket_set_option(c->sock, SOL_SOCKET, SO_SNDBUF, bytes, NULL);
+}
+
 /* ---- FcConnInput: the socket's input as libsoup reads it -------------------------------- */
 
 #define FC_TYPE_CONN_INPUT (fc_conn_input_get_type())
@@ -239,6 +247,7 @@ G_DEFINE_TYPE_WITH_CODE(FcConnOutput, fc_conn_output, G_TYPE_OUTPUT_STREAM,
  * async operation with no pollable path), while the listener reads the clock on the main loop. */
 static gssize after_write(FcConnOutput *s, gssize w, GError **error) {
   gint64 *wb = &s->conn->write_blocked;
+  if (w > 0) __atomic_add_fetch(&s->conn->written, (uint64_t)w, __ATOMIC_RELAXED);
   if (w >= 0)
     __atomic_store_n(wb, 0, __ATOMIC_RELAXED);
   else if (g_error_matches(*error, G_IO_ERROR, G_IO_ERROR_WOULD_BLOCK) &&

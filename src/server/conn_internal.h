@@ -24,6 +24,7 @@ struct fc_conn {
   conn_state state;
   gint64 since, last_read;  /* µs, monotonic: state entered, last byte read */
   gint64 write_blocked;     /* since when a write is waiting for the client to read (0: none) */
+  uint64_t written;         /* bytes written to the client so far (atomic) */
   int killed, injected;
   size_t ws_pending;        /* WebSocket bytes read since the last complete message */
   size_t ws_max;

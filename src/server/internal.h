@@ -51,6 +51,7 @@
 #define FC_WS_MAX_MESSAGE (1 << 20)
 
 typedef struct fc_recorder fc_recorder;
+typedef struct fc_wsout fc_wsout;
 
 typedef struct fc_ready_slot {
   uint8_t *i420;
@@ -152,6 +153,7 @@ typedef struct fc_server {
   /* Per-session counters of the sessions closed so far (under lock, added as each leaves
    * `sessions`), so /metrics' totals never fall when a session goes. */
   uint64_t closed_infer, closed_dropped, closed_enc_late;
+  uint64_t closed_ws_dropped[2]; /* WebSocket streams' video and audio messages dropped */
   /* Conversation turns' milestones (main loop only: written and rendered there) */
   uint64_t turn_hist[FC_TURN_STAGES][FC_TURN_BUCKETS + 1], turn_count[FC_TURN_STAGES];
   double turn_sum[FC_TURN_STAGES];
@@ -226,6 +228,7 @@ struct fc_session {
   SoupServerMessage *offer_msg; /* paused /offer or /whep request awaiting the answer */
   GList *sse;                   /* SoupServerMessage* streaming events */
   GList *ws;                    /* SoupWebsocketConnection* of microphone audio */
+  fc_wsout *wsout;              /* WS /ws/stream: the WebSocket that is its output, or NULL */
   guint connect_timer;          /* closes a session whose peer never connects */
   uint32_t heard;               /* utterance between its SSE start and end */
   fc_turn_timeline tl;          /* the conversation turn running now (chat.c) */
@@ -486,6 +489,27 @@ char *fc_ice_servers_json(const fc_server *srv);
 void fc_ice_link_headers(const fc_server *srv, SoupMessageHeaders *h);
 void fc_route_ws_audio(SoupServer *server, SoupServerMessage *msg, const char *path,
                        SoupWebsocketConnection *conn, gpointer user);
+
+/* wsstream.c: WS /ws/stream, a session whose output is the WebSocket (see its opening note).
+ * _check is the path's plain handler, run before the upgrade (refusals as HTTP errors). */
+void fc_route_ws_stream_check(SoupServer *server, SoupServerMessage *msg, const char *path,
+                              GHashTable *q, gpointer user);
+void fc_route_ws_stream(SoupServer *server, SoupServerMessage *msg, const char *path,
+                        SoupWebsocketConnection *conn, gpointer user);
+/* Main loop: a text message to the stream's client (a speech event's JSON); NULL: no-op. */
+void fc_wsout_send_text(fc_wsout *o, const char *text, size_t n);
+/* Main loop, from fc_session_close: _close closes the WebSocket with why (the session's end
+ * no longer follows its close); _free after the session's output is destroyed. */
+void fc_wsout_close(fc_wsout *o, const char *why);
+void fc_wsout_free(fc_wsout *o);
+/* Any thread while the session holds it: video frames and audio messages dropped for a slow
+ * client, and the bytes waiting for it now. */
+void fc_wsout_stats(fc_wsout *o, uint64_t *video_dropped, uint64_t *audio_dropped,
+                    uint64_t *backlog);
+/* A client's text message: FC_WSS_CMD_KEYFRAME, or -1 with why (a sentence) filled in. Pure:
+ * no server needed (the ws fuzz target and tests call it). */
+#define FC_WSS_CMD_KEYFRAME 1
+int fc_wsstream_parse_client(const char *data, size_t n, char *why, size_t why_n);
 
 /* src/jobs/avatars.c: the avatar studio's HTTP tasks (/api/avatar/task...). */
 void fc_avatar_tasks_register(fc_server *srv);

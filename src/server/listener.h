@@ -55,6 +55,13 @@ fc_conn *fc_conn_of(SoupServerMessage *msg);
 void fc_conn_mark_websocket(fc_conn *c, size_t max_message);
 void fc_conn_ws_message(fc_conn *c);
 void fc_conn_unref(fc_conn *c);
+/* Bytes written to the client so far (0 for NULL): what a route that streams to it subtracts
+ * from what it handed libsoup to see what is still waiting (libsoup's WebSocket queue has no
+ * such count). Any thread. */
+uint64_t fc_conn_bytes_written(fc_conn *c);
+/* Caps the kernel's send buffer (SO_SNDBUF): a stream's backlog then stays where the route
+ * can count it rather than seconds of it hiding in the kernel. Best effort. */
+void fc_conn_limit_send_buffer(fc_conn *c, int bytes);
 /* Answers msg at once with status and a JSON {"code":-1,"msg":text} body written straight to
  * its connection (never blocking: a client that does not read gets what fits), then closes
  * the connection, unread: libsoup would otherwise go on to read a refused body. extra_headers:

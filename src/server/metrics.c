@@ -50,7 +50,7 @@ static void counter(GString *o, const char *name, const char *help, uint64_t v) 
   } while (0)
 
 void fc_metrics_render(fc_server *srv, GString *o, const char *owner) {
-  uint64_t infer = 0, dropped = 0, enc_late = 0;
+  uint64_t infer = 0, dropped = 0, enc_late = 0, ws_dropped[2] = {0, 0};
   g_mutex_lock(&srv->lock);
   int n = (int)g_hash_table_size(srv->sessions);
   session_row *rows = g_new0(session_row, n > 0 ? n : 1);
@@ -87,10 +87,17 @@ void fc_metrics_render(fc_server *srv, GString *o, const char *owner) {
     infer += FC_STAT_GET(s->infer_frames);
     dropped += FC_STAT_GET(s->dropped_frames);
     enc_late += ls.frames_encoded_late;
+    if (s->wsout) { /* main loop, as this: a WebSocket stream's drops for a slow client */
+      uint64_t vd, ad, backlog;
+      fc_wsout_stats(s->wsout, &vd, &ad, &backlog);
+      ws_dropped[0] += vd, ws_dropped[1] += ad;
+    }
   }
   infer += srv->closed_infer; /* the totals stay monotonic when sessions close */
   dropped += srv->closed_dropped;
   enc_late += srv->closed_enc_late;
+  ws_dropped[0] += srv->closed_ws_dropped[0];
+  ws_dropped[1] += srv->closed_ws_dropped[1];
   uint64_t created = srv->sessions_created, rejected = srv->sessions_rejected;
   g_mutex_unlock(&srv->lock);
 
@@ -124,6 +131,12 @@ void fc_metrics_render(fc_server *srv, GString *o, const char *owner) {
   counter(o, "facecast_late_frames_total",
           "Frames the pacer had to produce itself or could not send on time.", frames_late);
   counter(o, "facecast_dropped_frames_total", "Frames an output could not take.", dropped);
+  family(o, "facecast_wsstream_dropped_total", "counter",
+         "WebSocket stream (/ws/stream) messages dropped for clients that read too slowly.");
+  g_string_append_printf(o, "facecast_wsstream_dropped_total{kind=\"video\"} %llu\n",
+                         (unsigned long long)ws_dropped[0]);
+  g_string_append_printf(o, "facecast_wsstream_dropped_total{kind=\"audio\"} %llu\n",
+                         (unsigned long long)ws_dropped[1]);
   counter(o, "facecast_pacer_ticks_skipped_total",
           "Ticks skipped, not caught up, when a pacer fell more than 5 frames behind.", skipped);
   counter(o, "facecast_pacer_ticks_busy_total",

@@ -114,6 +114,10 @@ void fc_http_register(fc_server *srv) {
   }
   soup_server_add_early_handler(s, "/ws/audio", fc_http_early_api, srv, NULL);
   soup_server_add_websocket_handler(s, "/ws/audio", NULL, NULL, fc_route_ws_audio, srv, NULL);
+  /* the plain handler refuses before the upgrade; the WebSocket one makes the session */
+  soup_server_add_early_handler(s, "/ws/stream", fc_http_early_api, srv, NULL);
+  soup_server_add_handler(s, "/ws/stream", fc_route_ws_stream_check, srv, NULL);
+  soup_server_add_websocket_handler(s, "/ws/stream", NULL, NULL, fc_route_ws_stream, srv, NULL);
   soup_server_add_early_handler(s, "/api/asr", fc_http_early_api, srv, NULL);
   soup_server_add_websocket_handler(s, "/api/asr", NULL, NULL, fc_route_asr, srv, NULL);
   fc_avatar_tasks_register(srv);

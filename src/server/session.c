@@ -387,6 +387,9 @@ void fc_session_send_sse(fc_session *s, const char *type, uint32_t utt) {
                              ev->len);
     soup_server_message_unpause(m);
   }
+  /* the stream's client gets the same JSON as a text message (without "data: " and the
+   * blank line) */
+  if (s->wsout) fc_wsout_send_text(s->wsout, ev->str + 6, ev->len - 8);
   g_string_free(ev, TRUE);
 }
 
@@ -449,6 +452,12 @@ void fc_session_close(fc_session *s, const char *why) {
     srv->closed_infer += FC_STAT_GET(s->infer_frames);
     srv->closed_dropped += FC_STAT_GET(s->dropped_frames);
     srv->closed_enc_late += ls.frames_encoded_late;
+    if (s->wsout) {
+      uint64_t vd, ad, backlog;
+      fc_wsout_stats(s->wsout, &vd, &ad, &backlog);
+      srv->closed_ws_dropped[0] += vd;
+      srv->closed_ws_dropped[1] += ad;
+    }
     g_hash_table_remove(srv->sessions, s->id);
   }
   g_mutex_unlock(&srv->lock);
@@ -482,13 +491,17 @@ void fc_session_close(fc_session *s, const char *why) {
       soup_websocket_connection_close(c, SOUP_WEBSOCKET_CLOSE_NORMAL, "session closed");
     g_object_unref(c);
   }
+  fc_wsout *wsout = s->wsout; /* its WebSocket closes with the reason; freed after the output */
+  fc_wsout_close(wsout, why);
   g_mutex_lock(&s->out_lock);
   fc_sink *out = s->out;
   fc_recorder *rec = s->rec;
   s->out = NULL;
   s->rec = NULL;
   g_mutex_unlock(&s->out_lock);
-  fc_sink_destroy(out);
+  fc_sink_destroy(out); /* after this the output calls nothing of wsout's */
+  s->wsout = NULL;
+  fc_wsout_free(wsout);
   /* A session's pipeline frees a few megabytes in many small blocks; hand them back to the
    * system now, so the resident size tracks the sessions that are open — and once more when
    * its streaming threads have finished tearing down (they free after this returns: without

@@ -1,9 +1,13 @@
-/* libFuzzer: WebSocket audio through a real server in this process (harness.h): the first
- * byte picks the route (a live session's microphone lip-synced, /ws/audio; heard for voice
- * chat, ?mode=echo: the VAD and ASR; LiveTalking's ASR page protocol, /api/asr), the rest is
- * written raw, as frames, to a fresh upgraded connection; then the server must still answer. */
+/* libFuzzer: WebSockets through a real server in this process (harness.h): the first byte
+ * picks the route (a live session's microphone lip-synced, /ws/audio; heard for voice chat,
+ * ?mode=echo: the VAD and ASR; LiveTalking's ASR page protocol, /api/asr; the media stream,
+ * /ws/stream, whose client commands are JSON text), the rest is written raw, as frames, to a
+ * fresh upgraded connection; then the server must still answer. The stream's command parser
+ * also gets the rest as one message, as it is (frames the fuzzer masks wrongly never reach
+ * it through the server). */
 #include "fuzz.h"
 #include "harness.h"
+#include "server/internal.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -18,11 +22,19 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!size) return 0;
-  int route = data[0] % 3;
+  int route = data[0] % 4;
   data++, size--;
+  if (route == 3) {
+    char why[160];
+    why[0] = 0;
+    int cmd = fc_wsstream_parse_client((const char *)data, size, why, sizeof why);
+    if (cmd != FC_WSS_CMD_KEYFRAME && (cmd != -1 || !why[0])) __builtin_trap(); /* no reason */
+  }
   int fd = fc_fuzz_connect();
   char req[512], path[128];
-  if (route == 2)
+  if (route == 3)
+    snprintf(path, sizeof path, "/ws/stream");
+  else if (route == 2)
     snprintf(path, sizeof path, "/api/asr");
   else
     snprintf(path, sizeof path, "/ws/audio?sessionid=%s%s", fc_fuzz_session(),
