@@ -45,9 +45,13 @@ unpack() { # the bundle under $X; the test programs' compiled-in data paths made
   SRC=$(cat $X/SRCDIR)
   [ -e "$SRC" ] || { mkdir -p "$(dirname "$SRC")" && ln -s "$ROOT" "$SRC"; }
   [ -e "$SRC/build-cuda" ] || ln -s $X "$SRC/build-cuda" # FC_BINARY of the tests
+  # The device machine has neither; a machine's own data is never replaced (the bundle holds
+  # only English: run here by mistake, replacing would take every other voice away)
   mkdir -p /usr/share/opencv4/haarcascades /usr/lib/x86_64-linux-gnu
-  cp $X/share/haar/*.xml /usr/share/opencv4/haarcascades/
-  rm -rf /usr/lib/x86_64-linux-gnu/espeak-ng-data && cp -r $X/share/espeak-ng-data /usr/lib/x86_64-linux-gnu/
+  for f in $X/share/haar/*.xml; do
+    [ -e "/usr/share/opencv4/haarcascades/${f##*/}" ] || cp "$f" /usr/share/opencv4/haarcascades/
+  done
+  [ -d /usr/lib/x86_64-linux-gnu/espeak-ng-data ] || cp -r $X/share/espeak-ng-data /usr/lib/x86_64-linux-gnu/
 }
 env_up() {
   export LD_LIBRARY_PATH=$X/lib:/usr/local/cuda/lib64 GST_PLUGIN_SYSTEM_PATH=$X/gst
