@@ -296,6 +296,9 @@ int fc_redis_command(fc_redis *r, int argc, const char *const *argv, const size_
                      fc_resp **reply) {
   if (!reply) return fc_error_set(FC_EINVAL, "redis: no reply pointer");
   *reply = NULL;
+  /* Bytes nobody asked for (RESP2 has no unsolicited replies) would be taken as this
+   * command's answer: start again on a fresh connection instead. */
+  if (r && r->len) fc_redis_disconnect(r);
   int err = fc_redis_connect(r);
   if (err) return err;
   return exchange(r, argc, argv, lens, reply);
