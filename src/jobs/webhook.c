@@ -176,6 +176,9 @@ static gint64 attempt_once(fc_webhook *w, SoupSession *s, delivery *d) {
     log_add(d->log, &at);
     return -1;
   }
+  /* A redirect is an answer like any other (final: not 2xx): following it would turn the POST
+   * into a GET elsewhere, or carry the signed body to an address the client never gave. */
+  soup_message_add_flags(m, SOUP_MESSAGE_NO_REDIRECT);
   SoupMessageHeaders *h = soup_message_get_request_headers(m);
   const gint64 ts = at.at_us / G_USEC_PER_SEC;
   char tsbuf[24];

@@ -1,5 +1,6 @@
 """Webhooks (src/jobs/webhook.h) through avatar tasks' notifyurl: a receiver that answers 500
-twice then 200 (retried, growing gaps), 429 with Retry-After (waited for), 400 (not retried),
+twice then 200 (retried, growing gaps), 429 with Retry-After (waited for), 400 and a redirect
+(final, not followed),
 one that never answers (timed out, retried; shutdown does not wait for it), the headers, the
 signature checked with the secret as a receiver would, and every attempt in the task's
 notify_attempts. The back-off is shortened through $FACECAST_WEBHOOK_BACKOFF_MS (300 ms base)
@@ -53,6 +54,8 @@ class Receiver(http.server.BaseHTTPRequestHandler):
             code, extra = (429, {"Retry-After": "1"}) if tries == 1 else (204, {})
         elif self.path == "/bad":
             code, extra = 400, {}
+        elif self.path == "/moved":
+            code, extra = 307, {"Location": "/flaky"}
         else:
             code, extra = 200, {}
         self.send_response(code)
@@ -141,6 +144,14 @@ def main():
         check(len(posts("/bad")) == 3, f"400 is not retried (one POST per status, {len(posts('/bad'))})")
         at = task(c, tid).get("notify_attempts", [])
         check(len(at) == 3 and all(a.get("status") == 400 for a in at), f"... and shows as 400 in the task ({at})")
+
+        # a redirect: final, not followed
+        n = len(posts("/flaky"))
+        submit(c, "/moved", rport)
+        wait(lambda: len(posts("/moved")) >= 3, 5)
+        time.sleep(3 * BASE)
+        check(len(posts("/moved")) == 3 and len(posts("/flaky")) == n,
+              f"a redirect is final and not followed ({len(posts('/moved'))}, {len(posts('/flaky')) - n})")
 
         # never answers: timed out after 1 s, retried
         tid = submit(c, "/hang", rport)
