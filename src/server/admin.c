@@ -49,8 +49,6 @@ static void answer(SoupServerMessage *msg, JsonBuilder *b) {
   g_object_unref(b);
 }
 
-/* The lip-sync batch: what LiveTalking calls batch_size (facecast's scheduler, server.c). */
-static int batch_size(const fc_server *srv) { return srv->gpu ? 128 : 16; }
 
 static const char *model_name(const fc_server *srv) { return srv->p.model ? srv->p.model : "parametric"; }
 
@@ -75,7 +73,7 @@ static void h_config(SoupServer *server, SoupServerMessage *msg, const char *pat
   num(b, "fps", 25);
   str(b, "model", model_name(srv));
   str(b, "avatar_id", fc_avatar_id(srv->avatar));
-  num(b, "batch_size", batch_size(srv));
+  num(b, "batch_size", fc_server_max_batch(srv));
   str(b, "modelfile", p->checkpoint ? p->checkpoint : "");
   str(b, "tts", srv->voice ? fc_voice_name(srv->voice) : "espeak");
   str(b, "REF_FILE", ref_file(srv) ? ref_file(srv) : "");
@@ -153,7 +151,7 @@ static void session_json(JsonBuilder *b, fc_session *s) {
     num(b, "backlog_bytes", (gint64)backlog);
     json_builder_end_object(b);
   }
-  num(b, "batch_size", batch_size(srv));
+  num(b, "batch_size", fc_server_max_batch(srv));
   json_builder_set_member_name(b, "customopt");
   json_builder_begin_array(b);
   json_builder_end_array(b);

@@ -517,6 +517,9 @@ void fc_avatar_tasks_free(fc_server *srv);
 /* src/jobs/renders.c: bulk MP4 renders through the scheduler (POST/GET/DELETE /api/render). Free
  * before the scheduler: a running render is its client. */
 void fc_render_tasks_register(fc_server *srv);
+/* The lip-sync scheduler's largest batch (server.c sizes it; the admin API reports it as
+ * LiveTalking's batch_size). */
+static inline int fc_server_max_batch(const fc_server *srv) { return srv->gpu ? 128 : 16; }
 /* admin.c: GET /api/admin/config, /api/admin/sessions; stopping a session. */
 void fc_admin_register(fc_server *srv);
 void fc_render_tasks_free(fc_server *srv);

@@ -97,7 +97,7 @@ int fc_server_sched_start(fc_server *srv) {
   /* A GPU backend gains from batches across sessions; the CPU backends cost per frame, so
    * their batches stay as large as the sessions make them without waiting for others. */
   fc_lipsync_pool_params pp = {.backends = ls, .n_backends = srv->n_devs,
-                               .max_batch = srv->gpu ? 128 : 16, .gather_ms = srv->gpu ? 2 : -1};
+                               .max_batch = fc_server_max_batch(srv), .gather_ms = srv->gpu ? 2 : -1};
   int err;
   if (!(srv->pool = fc_lipsync_pool_create(&pp, &err))) return err;
   srv->sched = fc_lipsync_pool_sched(srv->pool);
