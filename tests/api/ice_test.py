@@ -9,6 +9,7 @@ time-limited credentials, and over turns:// (TLS), but not with a wrong password
 usage: ice_test.py FACECAST_BINARY  (tests/browser/firewall.mjs connects a browser by TURN
 and by ICE-TCP)"""
 import base64
+import errno
 import hashlib
 import hmac
 import os
@@ -63,22 +64,38 @@ def free_port(kind=socket.SOCK_STREAM):
 
 
 def free_range(n):
-    """n consecutive ports free for both UDP and TCP on every address (at the time of asking)."""
-    for base in range(42000, 60000, 97):
+    """n consecutive ports free for both UDP and TCP (at the time of asking).
+
+    Probes on every address first (what the server binds is each interface's address);
+    where a sandbox refuses the wildcard, loopback. The bases tried are ports the kernel
+    hands out itself (its ephemeral range is the one a sandbox is sure to allow), then a
+    fixed sweep. The errors seen are named if nothing is free."""
+    seen = {}
+
+    def try_range(addr, base):
         socks = []
         try:
             for p in range(base, base + n):
                 for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
                     s = socket.socket(socket.AF_INET, kind)
                     socks.append(s)
-                    s.bind(("0.0.0.0", p))
-            return base, base + n - 1
-        except OSError:
-            continue
+                    s.bind((addr, p))
+            return True
+        except OSError as e:
+            seen[(addr, e.errno)] = seen.get((addr, e.errno), 0) + 1
+            return False
         finally:
             for s in socks:
                 s.close()
-    raise SystemExit("no free port range")
+
+    bases = [free_port(socket.SOCK_DGRAM) for _ in range(40)]
+    bases = [b for b in bases if b + n <= 65535] + list(range(42000, 60000, 97))
+    for addr in ("0.0.0.0", "127.0.0.1"):
+        for base in bases:
+            if try_range(addr, base):
+                return base, base + n - 1
+    raise SystemExit("no free port range; bind errors (address, errno): count: " +
+                     ", ".join(f"{a} {errno.errorcode.get(e, e)}: {c}" for (a, e), c in seen.items()))
 
 
 def answer(c, whep=False):
