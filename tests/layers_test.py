@@ -16,6 +16,7 @@ LAYERS = [
     ["lipsync", "compose", "studio"],
     ["sched"],
     ["stream"],
+    ["bulk"],
     ["server", "jobs"],
     ["cli", "bench"],
 ]
