@@ -139,6 +139,7 @@ int fc_video_shard_render(const fc_video_spec *s, const fc_video_plan *p, int k,
   if (!(fr = fc_bulk_frame_create(s, av, env->shared_dir, &err))) goto done;
   fc_bulk_frame_size(fr, &meta.width, &meta.height);
   fc_h264enc_params ep = {.width = meta.width, .height = meta.height, .qp = BULK_QP,
+                          .preset = env->preset, /* NULL: h264enc's bulk default */
                           .threads = env->encoder_threads > 0 ? env->encoder_threads : 1};
   if (!(vf = fc_bulk_tmp_open(vpath, &vtmp, &err)) || !(af = fc_bulk_tmp_open(apath, &atmp, &err)))
     goto done;

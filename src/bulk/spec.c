@@ -287,6 +287,14 @@ void fc_video_plan_free(fc_video_plan *p) {
 
 int fc_video_plan_shards(const fc_video_plan *p) { return p ? p->n : 0; }
 
+int fc_video_plan_sentences(const fc_video_plan *p, int k) {
+  return p && k >= 0 && k < p->n ? p->shards[k].n_sentences : 0;
+}
+
+const char *fc_video_plan_sentence(const fc_video_plan *p, int k, int i) {
+  return i >= 0 && i < fc_video_plan_sentences(p, k) ? p->shards[k].sentences[i] : NULL;
+}
+
 /* Where the sentence that starts at t ends (bytes): after ., !, ? or an ellipsis followed by
  * space (closing quotes and brackets go with it), at a line break, after CJK full stops, or at
  * a space near SENTENCE_MAX when none comes. */

@@ -52,6 +52,9 @@ typedef struct fc_video_plan fc_video_plan;
 int fc_video_plan_create(const fc_video_spec *s, int max_shards, int min_shard_chars,
                          fc_video_plan **out);
 int fc_video_plan_shards(const fc_video_plan *p);
+/* Shard k's sentences (script plans; 0 for audio) and sentence i of them (borrowed). */
+int fc_video_plan_sentences(const fc_video_plan *p, int k);
+const char *fc_video_plan_sentence(const fc_video_plan *p, int k, int i);
 /* As JSON (stored with the job, so every worker renders the same cut) and back. g_free. */
 char *fc_video_plan_json(const fc_video_plan *p);
 int fc_video_plan_parse(const char *json, size_t len, fc_video_plan **out);
@@ -67,6 +70,8 @@ typedef struct fc_video_env {
   void *user;
   const char *shared_dir; /* where spec->audio and background_image are relative to */
   int encoder_threads;    /* x264 threads per shard (0: 1) */
+  const char *preset;     /* x264 preset of the shards (NULL: bulk's default); every shard of a
+                           * video must use the same one (the join checks) */
 } fc_video_env;
 
 typedef void (*fc_video_progress_cb)(void *user, int64_t frames_done, int64_t frames_total);
