@@ -6,6 +6,7 @@
  * long as the pictures within one AAC frame and without a gap (it follows the shards' PCM),
  * captions on the joined clock. */
 #include "bulk/bulk_internal.h"
+#include "facecast/audio.h"
 #include "facecast/avatar.h"
 #include "facecast/error.h"
 #include "facecast/lipsync.h"
@@ -555,6 +556,83 @@ static void test_canvas_captions(void) {
   else FC_CHECK(system(cmd) == 0);
 }
 
+/* Uploaded audio in three frame-aligned shards cut in pauses: the join has the input's length
+ * (rounded up to a frame) and sounds as the input, sample for sample in loudness. */
+static void test_audio_shards(void) {
+  char dir[] = "/tmp/fc_bulka_XXXXXX", path[256], cmd[512];
+  FC_REQUIRE(mkdtemp(dir));
+  FC_REQUIRE(the_pool);
+  const size_t n = 16000 * 12 + 123;
+  float *pcm = calloc(n, sizeof(float));
+  /* bursts of a vowel-like tone, silent around 4 s and 8 s, where even cuts would fall */
+  for (size_t i = 0; i < n; i++) {
+    const double t = i / 16000.0, ph = fmod(t, 4.0);
+    if (ph > 0.6 && ph < 3.4)
+      pcm[i] = (float)(0.3 * sin(2 * M_PI * 220 * t) * (0.6 + 0.4 * sin(2 * M_PI * 3 * t)));
+  }
+  snprintf(path, sizeof path, "%s/in.wav", dir);
+  FC_REQUIRE(fc_wav_write(path, pcm, n, 16000) == 0);
+  fc_video_spec *s = NULL;
+  fc_video_plan *p = NULL;
+  const char *j = "{\"audio\":\"in.wav\"}";
+  FC_REQUIRE(fc_video_spec_parse(j, strlen(j), &s) == 0);
+  FC_REQUIRE(fc_video_plan_create_audio(s, dir, 3, 3, &p) == 0);
+  FC_CHECK_INT(fc_video_plan_shards(p), ==, 3);
+  for (int k = 1; k < p->n; k++) { /* cut in a pause */
+    const double at = p->shards[k].from / 25.0;
+    FC_CHECK(fmod(at, 4.0) < 0.6 || fmod(at, 4.0) > 3.4);
+  }
+  char *pj = fc_video_plan_json(p);
+  fc_video_plan *q = NULL;
+  FC_CHECK(fc_video_plan_parse(pj, strlen(pj), &q) == 0);
+  fc_video_plan_free(q);
+  g_free(pj);
+  fc_video_env env = {.pool = the_pool, .avatar_get = get_avatar, .avatar_put = put_avatar,
+                      .shared_dir = dir};
+  for (int k = 0; k < p->n; k++)
+    FC_REQUIRE(fc_video_shard_render(s, p, k, &env, dir, NULL, NULL, NULL) == 0);
+  char out[300];
+  snprintf(out, sizeof out, "%s/video.mp4", dir);
+  fc_video_result res;
+  FC_REQUIRE(fc_video_join(s, p, dir, out, NULL, NULL, &res) == 0);
+  const int64_t frames = ((int64_t)n + 639) / 640;
+  FC_CHECK_INT(res.frames, ==, frames);
+  FC_CHECK_INT((long)probe_num(out, "v:0", "nb_read_frames"), ==, frames);
+  snprintf(cmd, sizeof cmd, "ffmpeg -v error -i '%s' -map 0:a -f s16le -ac 1 -ar 16000 -", out);
+  size_t bytes = 0;
+  int16_t *dec = (int16_t *)slurp_cmd(cmd, &bytes);
+  FC_REQUIRE(dec);
+  const size_t dn = bytes / 2;
+  FC_CHECK(dn + 1024 >= (size_t)frames * 640 && dn <= (size_t)frames * 640 + 1024);
+  double sxy = 0, sxx = 0, syy = 0;
+  for (int64_t f = 0; f < frames; f++) {
+    double a = 0, b = 0;
+    for (size_t i = (size_t)f * 640; i < (size_t)(f + 1) * 640; i++) {
+      a += i < n ? fabs(pcm[i] * 32767.0) : 0;
+      b += i < dn ? abs(dec[i]) : 0;
+    }
+    sxy += a * b, sxx += a * a, syy += b * b;
+  }
+  const double corr = sxy / sqrt(sxx * syy);
+  fprintf(stderr, "audio shards: %lld frames, envelope corr %.4f\n", (long long)frames, corr);
+  FC_CHECK(corr > 0.98);
+  free(dec);
+  free(pcm);
+  /* audio that does not decode: named */
+  snprintf(path, sizeof path, "%s/bad.wav", dir);
+  FC_REQUIRE(g_file_set_contents(path, "RIFF....WAVEjunk", 16, NULL));
+  fc_video_spec *b = NULL;
+  fc_video_plan *bp = NULL;
+  FC_REQUIRE(fc_video_spec_parse("{\"audio\":\"bad.wav\"}", 19, &b) == 0);
+  int err = fc_video_plan_create_audio(b, dir, 3, 3, &bp);
+  FC_CHECK(err < 0 && !bp && strstr(fc_error_detail(err), "audio"));
+  fc_video_spec_free(b);
+  fc_video_plan_free(p);
+  fc_video_spec_free(s);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  FC_CHECK(system(cmd) == 0);
+}
+
 int main(void) {
   FC_RUN(test_spec);
   FC_RUN(test_plan);
@@ -563,6 +641,7 @@ int main(void) {
   FC_RUN(test_render_join);
   FC_RUN(test_cues_split);
   FC_RUN(test_canvas_captions);
+  FC_RUN(test_audio_shards);
   teardown();
   FC_TEST_EXIT();
 }

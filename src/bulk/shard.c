@@ -102,6 +102,54 @@ static int push_audio(const fc_video_spec *s, const fc_plan_shard *sh, const fc_
   return err;
 }
 
+int fc_video_plan_create_audio(const fc_video_spec *s, const char *shared_dir, int max_shards,
+                               double min_seconds, fc_video_plan **out) {
+  *out = NULL;
+  if (!s || !s->audio) return fc_error_set(FC_EINVAL, "plan: not an audio spec");
+  if (min_seconds <= 0) min_seconds = 20;
+  if (max_shards < 1) max_shards = 1;
+  if (max_shards > FC_PLAN_MAX_SHARDS) max_shards = FC_PLAN_MAX_SHARDS;
+  char *path = g_build_filename(shared_dir ? shared_dir : ".", s->audio, NULL);
+  fc_audio a = {0};
+  int err = fc_audio_decode_file(path, MAX_AUDIO_SECONDS, &a);
+  g_free(path);
+  if (err) return fc_error_set(err, "audio: %s", fc_error_detail(err));
+  const int64_t frames = ((int64_t)a.n + FC_SAMPLES_PER_FRAME - 1) / FC_SAMPLES_PER_FRAME;
+  int n = (int)(frames / (int64_t)(min_seconds * 25));
+  if (n > max_shards) n = max_shards;
+  if (n < 1) n = 1;
+  fc_video_plan *p = g_new0(fc_video_plan, 1);
+  p->kind = FC_PLAN_AUDIO;
+  p->shards = g_new0(fc_plan_shard, n);
+  /* Each cut at the quietest frame within 2 s of where an even cut would be: a join inside a
+   * pause is one nobody can see. */
+  int64_t from = 0;
+  for (int k = 0; k < n; k++) {
+    int64_t cut = frames;
+    if (k < n - 1) {
+      const int64_t even = frames * (k + 1) / n;
+      double best = -1;
+      for (int64_t f = even - 50; f <= even + 50; f++) {
+        if (f <= from + 25 || f >= frames - 25) continue;
+        double e = 0;
+        for (size_t i = (size_t)f * FC_SAMPLES_PER_FRAME; i < (size_t)(f + 1) * FC_SAMPLES_PER_FRAME && i < a.n; i++)
+          e += (double)a.samples[i] * a.samples[i];
+        /* the quietest; of equally quiet ones (digital silence) the nearest */
+        if (best < 0 || e < best || (e == best && llabs(f - even) < llabs(cut - even)))
+          best = e, cut = f;
+      }
+      if (best < 0) cut = even > from ? even : from + 1;
+    }
+    p->shards[k].from = from;
+    p->shards[k].frames = k < n - 1 ? cut - from : -1;
+    p->n++;
+    from = cut;
+  }
+  fc_audio_free(&a);
+  *out = p;
+  return 0;
+}
+
 int fc_video_shard_render(const fc_video_spec *s, const fc_video_plan *p, int k,
                           const fc_video_env *env, const char *dir, const int *cancel,
                           fc_video_progress_cb progress, void *user) {

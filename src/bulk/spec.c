@@ -20,6 +20,7 @@
 #include <string.h>
 
 #define MAX_SCRIPT 200000  /* bytes: about 3 hours of speech */
+#define MAX_BODY (6 * MAX_SCRIPT + 64 * 1024)
 #define MAX_NAME 1024      /* a path, a voice, a URL */
 #define MAX_SIDE 4096
 #define MIN_SIDE 16
@@ -209,8 +210,9 @@ static int spec_from_object(JsonObject *o, fc_video_spec *s) {
 int fc_video_spec_parse(const char *json, size_t len, fc_video_spec **out) {
   *out = NULL;
   if (!json) return fc_error_set(FC_EINVAL, "body: empty");
-  if (len > MAX_SCRIPT + 64 * 1024)
-    return fc_error_set(FC_EINVAL, "body: longer than %d bytes", MAX_SCRIPT + 64 * 1024);
+  /* room for a script at its limit written with escapes (\u00XX: 6 bytes a character), as
+   * fc_video_spec_json may write it back */
+  if (len > MAX_BODY) return fc_error_set(FC_EINVAL, "body: longer than %d bytes", MAX_BODY);
   char why[200];
   JsonObject *o;
   JsonParser *p = fc_json_parse_object(json, len, FC_JSON_MAX_DEPTH, &o, why, sizeof why);

@@ -51,6 +51,12 @@ typedef struct fc_video_plan fc_video_plan;
 /* Cuts s into at most max_shards shards of at least min_shard_chars characters each (0: 200). */
 int fc_video_plan_create(const fc_video_spec *s, int max_shards, int min_shard_chars,
                          fc_video_plan **out);
+/* For an audio spec (fc_video_plan_create gives it one shard, its length being unknown): the
+ * file (spec->audio under shared_dir) decoded and cut into at most max_shards frame-aligned
+ * ranges of at least min_seconds (0: 20) each, every cut at the quietest frame within 2 s of
+ * an even cut. Errors: those of decoding, named "audio: ...". */
+int fc_video_plan_create_audio(const fc_video_spec *s, const char *shared_dir, int max_shards,
+                               double min_seconds, fc_video_plan **out);
 int fc_video_plan_shards(const fc_video_plan *p);
 /* Shard k's sentences (script plans; 0 for audio) and sentence i of them (borrowed). */
 int fc_video_plan_sentences(const fc_video_plan *p, int k);
