@@ -141,31 +141,32 @@ static double cpu_seconds(void) {
          ru.ru_stime.tv_usec / 1e6;
 }
 
-/* The paragraph repeated to about `seconds` of speech: its length as the shards speak it (one
- * call per sentence, each padded to whole frames) measured once. */
+/* The paragraph's sentences, round and round, to about `seconds` of speech: each sentence's
+ * length as a shard speaks it (one call, padded to whole frames) measured once. */
 static char *script_for(double seconds, int *err) {
   fc_video_spec sp = {.script = (char *)paragraph};
   fc_video_plan *plan = NULL;
   if ((*err = fc_video_plan_create(&sp, 1, 0, &plan))) return NULL;
-  int64_t samples = 0;
-  for (int i = 0; i < fc_video_plan_sentences(plan, 0); i++) {
-    fc_speech sp1 = {0};
-    if ((*err = fc_tts_speak(fc_video_plan_sentence(plan, 0, i), NULL, &sp1))) break;
-    samples += ((int64_t)sp1.audio.n + 639) / 640 * 640;
-    fc_speech_free(&sp1);
+  const int n = fc_video_plan_sentences(plan, 0);
+  double *len = g_new0(double, n);
+  for (int i = 0; i < n && !*err; i++) {
+    fc_speech one = {0};
+    if (!(*err = fc_tts_speak(fc_video_plan_sentence(plan, 0, i), NULL, &one)))
+      len[i] = (double)((one.audio.n + 639) / 640 * 640) / FC_SAMPLE_RATE;
+    fc_speech_free(&one);
   }
-  fc_video_plan_free(plan);
-  if (*err) return NULL;
-  const double per_char = (double)samples / FC_SAMPLE_RATE / (double)strlen(paragraph);
-  const size_t want = (size_t)(seconds / per_char), plen = strlen(paragraph);
   GString *s = g_string_new(NULL);
-  while (s->len + plen / 2 < want || !s->len) {
-    if (s->len + plen <= want || !s->len) g_string_append(s, paragraph);
-    else { /* the last part, to a sentence end */
-      const char *stop = strchr(paragraph + (want - s->len), '.');
-      g_string_append_len(s, paragraph, stop ? stop - paragraph + 1 : (gssize)plen);
-      break;
+  for (double at = 0; !*err && (at == 0 || at + len[0] / 2 < seconds);) {
+    for (int i = 0; i < n && (at == 0 || at + len[i] / 2 < seconds); i++) {
+      g_string_append_printf(s, "%s%s", s->len ? " " : "", fc_video_plan_sentence(plan, 0, i));
+      at += len[i];
     }
+  }
+  g_free(len);
+  fc_video_plan_free(plan);
+  if (*err) {
+    g_string_free(s, TRUE);
+    return NULL;
   }
   return g_string_free(s, FALSE);
 }
@@ -183,7 +184,7 @@ int fc_bench_bulk(int argc, char **argv) {
   double seconds = 30, jobs_d = 8, slots_d = (double)sysconf(_SC_NPROCESSORS_ONLN), shards_d = 0;
   const char *avatar = NULL, *model = NULL, *ckpt = NULL, *device = NULL, *preset = NULL;
   const char *canvas = NULL, *dir_arg = NULL;
-  int w = 512, h = 512, json = 0, captions = 0, c, err;
+  int w = 512, h = 512, json = 0, captions = 0, c, err = 0;
   optind = 1;
   opterr = 0;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -227,7 +228,8 @@ int fc_bench_bulk(int argc, char **argv) {
   const int max_shards = shards_d > 0 ? (int)shards_d : n_slots;
   bench b = {0};
   pthread_mutex_init(&b.lock, NULL);
-  fc_lipsync *ls = NULL;
+  fc_lipsync *ls[FC_LIPSYNC_POOL_MAX_DEVICES] = {0};
+  int n_ls = 0;
   fc_lipsync_pool *pool = NULL;
   char *script = NULL, *root = NULL;
   double *lat = NULL;
@@ -240,10 +242,34 @@ int fc_bench_bulk(int argc, char **argv) {
   }
 
   if (!(b.av = fc_cli_load_avatar(avatar, w, h, NULL, &err))) goto fail;
-  fc_lipsync_params lp = {.model = model, .checkpoint = ckpt, .device = device};
-  if (!(ls = fc_lipsync_create(&lp, &err))) goto fail;
+  /* The lip-sync devices as `serve` makes them: one backend per --device (comma-separated),
+   * and for the parametric renderer on the CPU one per two cores, each with its own scheduler
+   * thread (one renderer draws one frame at a time); GPU batches up to 128 frames across the
+   * slots' streams, gathered for 2 ms. */
+  gchar **names = g_strsplit(device ? device : "cpu", ",", -1);
+  for (int k = 0; names[k] && !err; k++) {
+    if (n_ls >= FC_LIPSYNC_POOL_MAX_DEVICES || !*names[k]) {
+      err = fc_error_set(FC_EINVAL, "--device '%s': 1 to %d devices, comma-separated", device,
+                         FC_LIPSYNC_POOL_MAX_DEVICES);
+      break;
+    }
+    fc_lipsync_params lp = {.model = model, .checkpoint = ckpt, .device = names[k]};
+    if ((ls[n_ls] = fc_lipsync_create(&lp, &err))) n_ls++;
+  }
+  g_strfreev(names);
+  if (err) goto fail;
   const int gpu = device && !strncmp(device, "cuda", 4);
-  fc_lipsync_pool_params pp = {.backends = &ls, .n_backends = 1, .gather_ms = gpu ? 2 : -1};
+  if (n_ls == 1 && !gpu && (!device || !strcmp(device, "cpu")) && !fc_lipsync_needs_mel(ls[0])) {
+    const int want = (int)(g_get_num_processors() / 2) > FC_LIPSYNC_POOL_MAX_DEVICES
+                         ? FC_LIPSYNC_POOL_MAX_DEVICES
+                         : (int)(g_get_num_processors() / 2);
+    for (; n_ls < want; n_ls++) {
+      fc_lipsync_params lp = {.model = model, .checkpoint = ckpt, .device = "cpu"};
+      if (!(ls[n_ls] = fc_lipsync_create(&lp, &err))) goto fail;
+    }
+  }
+  fc_lipsync_pool_params pp = {.backends = ls, .n_backends = n_ls, .max_batch = gpu ? 128 : 16,
+                               .gather_ms = gpu ? 2 : -1};
   if (!(pool = fc_lipsync_pool_create(&pp, &err))) goto fail;
   if (!(script = script_for(seconds, &err))) goto fail;
   if (dir_arg) root = g_strdup(dir_arg);
@@ -279,9 +305,8 @@ int fc_bench_bulk(int argc, char **argv) {
     }
   }
   int gerr;
-  if (gpu && (b.gpu = fc_gpustat_open(&gerr))) {
-    b.gpu_index = strlen(device) > 5 ? atoi(device + 5) : 0;
-  }
+  if (gpu && (b.gpu = fc_gpustat_open(&gerr))) /* the first device's */
+    b.gpu_index = device[4] == ':' ? atoi(device + 5) : 0;
 
   pthread_t th[MAX_SLOTS], gth;
   const double c0 = cpu_seconds();
@@ -312,21 +337,22 @@ int fc_bench_bulk(int argc, char **argv) {
   if (gpu_util >= 0) snprintf(gpu_txt, sizeof gpu_txt, "%.0f %%", gpu_util);
   if (json)
     printf("{\"bench\":\"bulk\",\"width\":%d,\"height\":%d,\"model\":\"%s\",\"preset\":\"%s\","
-           "\"jobs\":%d,\"slots\":%d,\"shards\":%lld,\"video_s\":%.2f,\"wall_s\":%.3f,"
+           "\"devices\":%d,\"jobs\":%d,\"slots\":%d,\"shards\":%lld,\"video_s\":%.2f,\"wall_s\":%.3f,"
            "\"x_realtime\":%.2f,\"latency_p50_s\":%.3f,\"latency_p95_s\":%.3f,"
            "\"cpu_s\":%.3f,\"x_realtime_per_core\":%.2f,\"cpu_cores_busy\":%.2f,"
            "\"cpu_util_pct\":%.1f,\"cores\":%ld,\"gpu_util_pct\":%.1f,\"gpu_mem_peak_mb\":%.0f,"
            "\"kbps\":%.0f}\n",
-           fc_avatar_width(b.av), fc_avatar_height(b.av), fc_lipsync_name(ls), pr, n_jobs,
-           n_slots, (long long)shards, video_s, wall, video_s / wall, p50, p95, cpu, video_s / cpu,
+           fc_avatar_width(b.av), fc_avatar_height(b.av), fc_lipsync_name(ls[0]), pr, n_ls,
+           n_jobs, n_slots, (long long)shards, video_s, wall, video_s / wall, p50, p95, cpu, video_s / cpu,
            cpu / wall, 100 * cpu / wall / cores, cores, gpu_util, b.gpu ? b.gpu_mem_peak / 1048576.0 : -1,
            kbps);
   else
-    printf("bench bulk: %dx%d, model %s, x264 %s, %d jobs of %.0f s in %lld shards on %d slots\n"
+    printf("bench bulk: %dx%d, model %s on %d device(s), x264 %s, %d jobs of %.0f s in %lld "
+           "shards on %d slots\n"
            "  %.1f s of video (%.0f kbit/s) in %.2f s: %.1fx real time\n"
            "  job latency p50 %.2f s, p95 %.2f s\n"
            "  CPU %.2f cores busy of %ld (%.0f %%): %.1fx real time per core; GPU %s\n",
-           fc_avatar_width(b.av), fc_avatar_height(b.av), fc_lipsync_name(ls), pr, n_jobs,
+           fc_avatar_width(b.av), fc_avatar_height(b.av), fc_lipsync_name(ls[0]), n_ls, pr, n_jobs,
            n_jobs ? video_s / n_jobs : 0, (long long)shards, n_slots, video_s, kbps, wall,
            video_s / wall, p50, p95, cpu / wall, cores, 100 * cpu / wall / cores, video_s / cpu,
            gpu_txt);
@@ -344,7 +370,7 @@ done:
   g_free(b.jobs), g_free(root), g_free(script), g_free(lat);
   fc_gpustat_close(b.gpu);
   fc_lipsync_pool_destroy(pool);
-  fc_lipsync_destroy(ls);
+  for (int k = 0; k < n_ls; k++) fc_lipsync_destroy(ls[k]);
   fc_avatar_destroy(b.av);
   pthread_mutex_destroy(&b.lock);
   return code;
