@@ -84,6 +84,12 @@ static void test_spec(void) {
   FC_CHECK(spec_err("{\"script\":\"hi\",\"avatar\":\"a/b\"}", "avatar"));
   FC_CHECK(spec_err("{\"audio\":\"/abs.wav\"}", "audio"));
   FC_CHECK(spec_err("{\"script\":\"hi\",\"voice\":\"\"}", "voice"));
+  /* fuzz_videospec: json-glib turns a broken \\u escape into text that is not UTF-8; refused
+   * (it could not be written back as JSON) */
+  FC_CHECK(spec_err("{\"script\":\"Six \\uF2\xe4\xba\x94\xe3\x80\x82 seven.\"}", "script"));
+  const char *bad_plan = "{\"version\":1,\"kind\":\"script\",\"shards\":[[\"a \\uF2\xe4\xba\x94\"]]}";
+  fc_video_plan *bp = NULL;
+  FC_CHECK(fc_video_plan_parse(bad_plan, strlen(bad_plan), &bp) < 0 && !bp);
 }
 
 static void test_plan(void) {

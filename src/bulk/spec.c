@@ -84,6 +84,9 @@ static int str_member(JsonObject *o, const char *name, const char **out) {
   if (!JSON_NODE_HOLDS_VALUE(n) || json_node_get_value_type(n) != G_TYPE_STRING)
     return fc_error_set(FC_EINVAL, "%s: expected a string", name);
   *out = json_node_get_string(n);
+  /* json-glib takes a broken \u escape ("\uF2" and then no hex) and makes what it makes of it;
+   * such text could not be written back as JSON */
+  if (!g_utf8_validate(*out, -1, NULL)) return fc_error_set(FC_EINVAL, "%s: not UTF-8 text", name);
   return 0;
 }
 
@@ -465,6 +468,7 @@ static int plan_from_object(JsonObject *o, fc_video_plan *p) {
     for (guint i = 0; i < m; i++) {
       JsonNode *t = json_array_get_element(sa, i);
       if (!JSON_NODE_HOLDS_VALUE(t) || json_node_get_value_type(t) != G_TYPE_STRING ||
+          !g_utf8_validate(json_node_get_string(t), -1, NULL) ||
           !has_words(json_node_get_string(t)))
         return fc_error_set(FC_EFORMAT, "plan: shard %u: sentence %u is not text", k, i);
       sh->sentences[sh->n_sentences++] = g_strdup(json_node_get_string(t));
