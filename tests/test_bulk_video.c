@@ -171,6 +171,29 @@ static void test_h264_split(void) {
   pos = 0;
   FC_REQUIRE(fc_h264_next_au((uint8_t *)buf, len, &pos, out, len + len / 3 + 16, &au) == 1);
   FC_CHECK(fc_h264_avcc(au.sps, au.sps_len, au.pps, au.pps_len, avcc, sizeof avcc) > 11);
+  /* the same settings with another thread count (workers may differ) give the same SPS/PPS,
+   * so their shards join */
+  {
+    char *b2 = NULL;
+    size_t l2 = 0;
+    FILE *f2 = open_memstream(&b2, &l2);
+    fc_h264enc_params e2p = ep;
+    e2p.threads = 3;
+    fc_h264enc *e2 = fc_h264enc_create(&e2p, f2, &err);
+    FC_REQUIRE(e2);
+    for (int i = 0; i < 4; i++) FC_REQUIRE(fc_h264enc_encode(e2, pic, NULL) == 0);
+    FC_REQUIRE(fc_h264enc_finish(e2) == 0);
+    fc_h264enc_destroy(e2);
+    fclose(f2);
+    fc_h264_au au2;
+    size_t p2 = 0;
+    uint8_t *o2 = malloc(l2 + l2 / 3 + 16);
+    FC_REQUIRE(fc_h264_next_au((uint8_t *)b2, l2, &p2, o2, l2 + l2 / 3 + 16, &au2) == 1);
+    FC_CHECK(au2.sps_len == au.sps_len && !memcmp(au2.sps, au.sps, au.sps_len));
+    FC_CHECK(au2.pps_len == au.pps_len && !memcmp(au2.pps, au.pps, au.pps_len));
+    free(o2);
+    free(b2);
+  }
   /* garbage is an error, not a crash */
   const uint8_t junk[] = {1, 2, 3, 0, 0, 1, 0x65};
   pos = 0;
