@@ -738,6 +738,71 @@ static void test_frame_incremental(void) {
   free(pic);
 }
 
+/* A provider's voice through the env's hook: its audio is what the shard speaks, each
+ * sentence's length its caption's; espeak voices do not call it; without a hook a provider is
+ * refused by name. */
+static int fake_calls;
+static int fake_speak(void *user, const char *provider, const char *voice, const char *text,
+                      fc_speech *out) {
+  (void)user;
+  if (strcmp(provider, "fake")) return fc_error_set(FC_EUNSUPPORTED, "no provider %s", provider);
+  fake_calls++;
+  const size_t n = strlen(text) * 800 + (voice && !strcmp(voice, "slow") ? 1000 : 0);
+  out->audio.samples = calloc(n, sizeof(float));
+  out->audio.n = n;
+  out->audio.rate = 16000;
+  for (size_t i = 0; i < n; i++) out->audio.samples[i] = (float)(0.3 * sin(i * 0.05));
+  return 0;
+}
+
+static void test_provider_voice(void) {
+  char dir[] = "/tmp/fc_bulkv_XXXXXX", cmd[300];
+  FC_REQUIRE(mkdtemp(dir));
+  FC_REQUIRE(the_pool);
+  fc_video_env env = {.pool = the_pool, .avatar_get = get_avatar, .avatar_put = put_avatar,
+                      .shared_dir = dir, .speak = fake_speak};
+  const char *j = "{\"script\":\"Short one. A somewhat longer one.\",\"voice\":\"fake:slow\"}";
+  fc_video_spec *s = NULL;
+  fc_video_plan *p = NULL;
+  FC_REQUIRE(fc_video_spec_parse(j, strlen(j), &s) == 0 && fc_video_plan_create(s, 1, 0, &p) == 0);
+  FC_REQUIRE(fc_video_shard_render(s, p, 0, &env, dir, NULL, NULL, NULL) == 0);
+  FC_CHECK_INT(fake_calls, ==, 2);
+  fc_shard_meta m;
+  char *mp = fc_video_shard_file(dir, 0, "json");
+  FC_REQUIRE(fc_shard_meta_read(mp, &m) == 0);
+  g_free(mp);
+  const int64_t n0 = (int64_t)strlen("Short one.") * 800 + 1000,
+                n1 = (int64_t)strlen("A somewhat longer one.") * 800 + 1000;
+  FC_REQUIRE(m.n_cues == 2);
+  FC_CHECK_INT(m.cues[0].start, ==, 0);
+  FC_CHECK_INT(m.cues[0].end, ==, n0);
+  FC_CHECK_INT(m.cues[1].start, ==, (n0 + 639) / 640 * 640);
+  FC_CHECK_INT(m.cues[1].end, ==, m.cues[1].start + n1);
+  FC_CHECK_INT(m.samples, ==, m.cues[1].start + (n1 + 639) / 640 * 640);
+  fc_shard_meta_free(&m);
+  fc_video_shards_remove(p, dir);
+  fc_video_plan_free(p), fc_video_spec_free(s);
+  /* espeak's voice, even with the hook there: not called */
+  j = "{\"script\":\"Hello.\",\"voice\":\"espeak:en\"}";
+  FC_REQUIRE(fc_video_spec_parse(j, strlen(j), &s) == 0 && fc_video_plan_create(s, 1, 0, &p) == 0);
+  FC_CHECK(fc_video_shard_render(s, p, 0, &env, dir, NULL, NULL, NULL) == 0);
+  FC_CHECK_INT(fake_calls, ==, 2);
+  fc_video_shards_remove(p, dir);
+  fc_video_plan_free(p), fc_video_spec_free(s);
+  /* a provider without a hook, or one the hook does not have */
+  j = "{\"script\":\"Hello.\",\"voice\":\"edge:en-US-AriaNeural\"}";
+  FC_REQUIRE(fc_video_spec_parse(j, strlen(j), &s) == 0 && fc_video_plan_create(s, 1, 0, &p) == 0);
+  int err = fc_video_shard_render(s, p, 0, &env, dir, NULL, NULL, NULL);
+  FC_CHECK(err == FC_EUNSUPPORTED && strstr(fc_error_detail(err), "edge"));
+  env.speak = NULL;
+  err = fc_video_shard_render(s, p, 0, &env, dir, NULL, NULL, NULL);
+  FC_CHECK(err == FC_EUNSUPPORTED && strstr(fc_error_detail(err), "'edge'"));
+  FC_CHECK(!fc_video_shard_done(p, 0, dir));
+  fc_video_plan_free(p), fc_video_spec_free(s);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  FC_CHECK(system(cmd) == 0);
+}
+
 int main(void) {
   FC_RUN(test_spec);
   FC_RUN(test_plan);
@@ -748,6 +813,7 @@ int main(void) {
   FC_RUN(test_frame_incremental);
   FC_RUN(test_canvas_captions);
   FC_RUN(test_audio_shards);
+  FC_RUN(test_provider_voice);
   teardown();
   FC_TEST_EXIT();
 }

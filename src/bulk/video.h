@@ -78,6 +78,13 @@ typedef struct fc_video_env {
   int encoder_threads;    /* x264 threads per shard (0: 1) */
   const char *preset;     /* x264 preset of the shards (NULL: bulk's default); every shard of a
                            * video must use the same one (the join checks) */
+  /* Speaks one sentence with a voice of a TTS provider (spec->voice "provider:voice", e.g.
+   * "edge:en-US-AriaNeural"): 16 kHz mono into out (phonemes optional: without them the mouth
+   * follows the audio), 0 or an error with its detail; FC_EUNSUPPORTED for a provider it does
+   * not have. NULL: only espeak's voices ("voice" or "espeak:voice"). Called from the shard's
+   * thread, once per sentence (the audio's length is the sentence's caption time). */
+  int (*speak)(void *user, const char *provider, const char *voice, const char *text,
+               fc_speech *out);
 } fc_video_env;
 
 typedef void (*fc_video_progress_cb)(void *user, int64_t frames_done, int64_t frames_total);
