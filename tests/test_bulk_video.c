@@ -167,6 +167,18 @@ static void test_h264_split(void) {
   FC_CHECK_INT(r, ==, 0);
   FC_CHECK_INT(n, ==, 23);
   FC_CHECK_INT(keys, ==, 3); /* 0, 10, 20 */
+  /* a buffer too small: the size asked for, the position kept, then the unit */
+  {
+    uint8_t tiny[16];
+    size_t at = 0;
+    FC_CHECK_INT(fc_h264_next_au((uint8_t *)buf, len, &at, tiny, sizeof tiny, &au), ==, FC_ENOMEM);
+    FC_CHECK(at == 0 && au.size > sizeof tiny);
+    const size_t need = au.size;
+    uint8_t *fit = malloc(need);
+    FC_CHECK_INT(fc_h264_next_au((uint8_t *)buf, len, &at, fit, need, &au), ==, 1);
+    FC_CHECK(at > 0 && au.size == need && au.key);
+    free(fit);
+  }
   uint8_t avcc[256];
   pos = 0;
   FC_REQUIRE(fc_h264_next_au((uint8_t *)buf, len, &pos, out, len + len / 3 + 16, &au) == 1);
