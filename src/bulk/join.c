@@ -56,7 +56,8 @@ static int open_writer(join_state *j, const fc_h264_au *au, const fc_shard_meta 
 
 static int join_shard(join_state *j, int k, const char *dir, const fc_shard_meta *m,
                       const char *tmp_mp4) {
-  char *vpath = fc_video_shard_file(dir, k, "h264"), *apath = fc_video_shard_file(dir, k, "pcm");
+  char *vpath = fc_shard_data_file(dir, k, m->token, "h264"),
+       *apath = fc_shard_data_file(dir, k, m->token, "pcm");
   GMappedFile *map = NULL;
   uint8_t *au_buf = NULL;
   FILE *af = NULL;
@@ -158,10 +159,7 @@ int fc_video_join(const fc_video_spec *s, const fc_video_plan *p, const char *di
   int fd = -1, err = 0;
   int64_t at = 0;
   for (int k = 0; k < p->n && !err; k++) {
-    char *mpath = fc_video_shard_file(dir, k, "json");
-    err = fc_shard_meta_read(mpath, &metas[k]);
-    g_free(mpath);
-    if (err) break;
+    if ((err = fc_shard_open(dir, k, &metas[k], NULL, NULL))) break;
     if (metas[k].width != metas[0].width || metas[k].height != metas[0].height)
       err = fc_error_set(FC_EFORMAT, "shard %d is %dx%d, shard 0 %dx%d", k, metas[k].width,
                          metas[k].height, metas[0].width, metas[0].height);

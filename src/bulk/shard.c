@@ -1,16 +1,17 @@
-/* One shard of a bulk video (video.h): its sentences spoken (espeak, one call per sentence, so
- * each sentence's timing is its caption's), a stream as a bulk client of the lip-sync pool,
- * every frame encoded straight to an H.264 elementary stream (media/h264enc.h) and its audio
- * appended to a raw PCM file; then the metadata file that says the shard is done.
+/* One shard of a bulk video (video.h): its sentences spoken (espeak, or a provider through the
+ * env's hook; one call per sentence, so each sentence's timing is its caption's), a stream as a
+ * bulk client of the lip-sync pool, every frame encoded straight to an H.264 elementary stream
+ * (media/h264enc.h) and its audio appended to a raw PCM file, both under names of this render's
+ * own; then the metadata file that names them and says the shard is done (files.c).
  *
  * The stream pads every utterance to whole frames (640 samples), so a shard's audio is a whole
  * number of frames by construction and frame i of the shard covers exactly its samples
  * [640·i, 640·(i+1)). The encoder starts with an IDR picture and never looks past the shard
  * (no B-frames), so its stream decodes on its own and the join only concatenates.
  *
- * Pictures go to the encoder with the rect in which they differ from the avatar's still (the
- * stream's fc_i420_delta): with the constant quantizer bulk uses, x264 skips the unchanged
- * macroblocks without analysing them, the main cost of encoding a talking photo. */
+ * Pictures go to the encoder with the rect in which they differ from the last one (frame.c,
+ * from the stream's fc_i420_delta): with the constant quantizer bulk uses, x264 skips the
+ * unchanged macroblocks without analysing them, the main cost of encoding a talking photo. */
 #include "bulk/bulk_internal.h"
 #include "bulk/frame.h"
 
@@ -178,10 +179,13 @@ int fc_video_shard_render(const fc_video_spec *s, const fc_video_plan *p, int k,
   fc_bulk_frame *fr = NULL;
   FILE *vf = NULL, *af = NULL;
   char *vtmp = NULL, *atmp = NULL;
-  char *vpath = fc_video_shard_file(dir, k, "h264"), *apath = fc_video_shard_file(dir, k, "pcm"),
-       *mpath = fc_video_shard_file(dir, k, "json");
   shard_run run = {.cancel = cancel};
   fc_shard_meta meta = {0};
+  /* this render's own names for its video and audio (see files.c) */
+  snprintf(meta.token, sizeof meta.token, "%08x%08x", g_random_int(), g_random_int());
+  char *vpath = fc_shard_data_file(dir, k, meta.token, "h264"),
+       *apath = fc_shard_data_file(dir, k, meta.token, "pcm"),
+       *mpath = fc_video_shard_file(dir, k, "json");
   fc_cue *cues = g_new0(fc_cue, sh->n_sentences + 1);
 
   if (!(av = env->avatar_get(env->user, s->avatar, &err))) {
@@ -194,13 +198,14 @@ int fc_video_shard_render(const fc_video_spec *s, const fc_video_plan *p, int k,
                            .run = bulk_hook, .run_user = &run, .batch = BULK_BATCH,
                            .max_pending = (size_t)(MAX_AUDIO_SECONDS * FC_SAMPLE_RATE)};
   if (!(st = fc_stream_create(&spar, &err))) goto done;
+  /* the picture's set-up first: a bad background image fails before any speech is made */
+  if (!(fr = fc_bulk_frame_create(s, av, env->shared_dir, &err))) goto done;
+  fc_bulk_frame_size(fr, &meta.width, &meta.height);
   if (p->kind == FC_PLAN_AUDIO) err = push_audio(s, sh, env, st);
   else err = push_script(s, env, sh, st, cancel, cues, &meta.n_cues);
   if (err) goto done;
   fc_stream_end(st);
 
-  if (!(fr = fc_bulk_frame_create(s, av, env->shared_dir, &err))) goto done;
-  fc_bulk_frame_size(fr, &meta.width, &meta.height);
   fc_h264enc_params ep = {.width = meta.width, .height = meta.height, .qp = BULK_QP,
                           .preset = env->preset, /* NULL: h264enc's bulk default */
                           .threads = env->encoder_threads > 0 ? env->encoder_threads : 1};
@@ -243,6 +248,7 @@ int fc_video_shard_render(const fc_video_spec *s, const fc_video_plan *p, int k,
   if (!err) err = fc_bulk_tmp_commit(af, atmp, apath);
   af = NULL, atmp = NULL;
   if (!err) err = fc_shard_meta_write(&meta, mpath); /* last: the shard is done */
+  if (err) g_remove(vpath), g_remove(apath);
 done:
   fc_h264enc_destroy(enc);
   if (vf) fclose(vf), g_remove(vtmp);
