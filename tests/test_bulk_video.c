@@ -315,11 +315,15 @@ static void test_render_join(void) {
   FC_CHECK_INT(fc_video_shard_render(s, p, 0, &env, dir, &cancel, NULL, NULL), ==, FC_ECANCELED);
   FC_CHECK(!fc_video_shard_done(p, 0, dir));
 
+  /* shard 2 (and one of shard 1's renders below) with x264 frame threads, as a worker with more
+   * cores per slot would: the same SPS/PPS, pictures coming out later than they go in */
+  fc_video_env env2 = env;
+  env2.encoder_threads = 2;
   /* shards on two threads at once, as a runner would */
   shard_job jobs[8];
   pthread_t th[8];
   for (int k = 0; k < ns; k++) {
-    jobs[k] = (shard_job){s, p, &env, dir, k, 0};
+    jobs[k] = (shard_job){s, p, k == 2 ? &env2 : &env, dir, k, 0};
     pthread_create(&th[k], NULL, render_thread, &jobs[k]);
     if (k % 2) pthread_join(th[k - 1], NULL), pthread_join(th[k], NULL);
   }
@@ -328,7 +332,7 @@ static void test_render_join(void) {
 
   /* shard 1 rendered twice more at once (a worker thought dead was not): the .json renamed last
    * names one whole render's files, so the join below still holds */
-  shard_job again[2] = {{s, p, &env, dir, 1, 0}, {s, p, &env, dir, 1, 0}};
+  shard_job again[2] = {{s, p, &env, dir, 1, 0}, {s, p, &env2, dir, 1, 0}};
   pthread_create(&th[0], NULL, render_thread, &again[0]);
   pthread_create(&th[1], NULL, render_thread, &again[1]);
   pthread_join(th[0], NULL), pthread_join(th[1], NULL);
