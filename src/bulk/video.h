@@ -41,8 +41,10 @@ typedef struct fc_video_spec {
   char *callback_url;      /* NULL or http(s) URL */
 } fc_video_spec;
 
-/* Parses and checks a request body (JSON object). 0 and *out, or FC_EINVAL / FC_ETOOBIG with a
- * detail naming the field ("size: expected WIDTHxHEIGHT, e.g. 1280x720"). */
+/* Parses and checks a request body (JSON object). 0 and *out, or FC_EINVAL with a detail naming
+ * the field ("size: expected WIDTHxHEIGHT, e.g. 1280x720"; a script over FC_VIDEO_MAX_SCRIPT
+ * bytes: "script: longer than ..."). Members it does not know are ignored. */
+#define FC_VIDEO_MAX_SCRIPT 200000
 int fc_video_spec_parse(const char *json, size_t len, fc_video_spec **out);
 /* The spec as normalised JSON (what a job stores; parse of it gives the same spec). g_free. */
 char *fc_video_spec_json(const fc_video_spec *s);
@@ -91,8 +93,10 @@ typedef struct fc_video_env {
 
 typedef void (*fc_video_progress_cb)(void *user, int64_t frames_done, int64_t frames_total);
 
-/* Renders shard k of p into dir (its video, its PCM and its cues). cancel: checked at each
- * lip-sync request (a nonzero value stops with FC_ECANCELED). 0 or an error with its detail. */
+/* Renders shard k of p into dir (its video, its PCM and its cues). cancel: checked before each
+ * sentence's speech and at each lip-sync request (a nonzero value stops with FC_ECANCELED,
+ * leaving no file). progress: after each frame, with the shard's frames done and its total.
+ * 0 or an error with its detail. */
 int fc_video_shard_render(const fc_video_spec *s, const fc_video_plan *p, int k,
                           const fc_video_env *env, const char *dir, const int *cancel,
                           fc_video_progress_cb progress, void *user);
