@@ -252,6 +252,17 @@ typedef struct shard_job {
   int k, err;
 } shard_job;
 
+typedef struct prog {
+  int64_t calls, last_done, last_total, bad;
+} prog;
+
+/* Progress: frames done one by one, the total's estimate never below them. */
+static void on_progress(void *user, int64_t done, int64_t total) {
+  prog *g = user;
+  g->bad += done != g->last_done + 1 || total < done;
+  g->calls++, g->last_done = done, g->last_total = total;
+}
+
 static void *render_thread(void *arg) {
   shard_job *j = arg;
   j->err = fc_video_shard_render(j->s, j->p, j->k, j->env, j->dir, NULL, NULL, NULL);
@@ -314,6 +325,16 @@ static void test_render_join(void) {
   int cancel = 1;
   FC_CHECK_INT(fc_video_shard_render(s, p, 0, &env, dir, &cancel, NULL, NULL), ==, FC_ECANCELED);
   FC_CHECK(!fc_video_shard_done(p, 0, dir));
+
+  /* a shard's progress, alone first (its files are replaced by the renders below) */
+  prog g = {0};
+  FC_REQUIRE(fc_video_shard_render(s, p, 0, &env, dir, NULL, on_progress, &g) == 0);
+  fc_shard_meta m0;
+  FC_REQUIRE(fc_shard_open(dir, 0, &m0, NULL, NULL) == 0);
+  FC_CHECK_INT(g.bad, ==, 0);
+  FC_CHECK_INT(g.last_done, ==, m0.frames);
+  FC_CHECK_INT(g.last_total, ==, m0.frames);
+  fc_shard_meta_free(&m0);
 
   /* shard 2 (and one of shard 1's renders below) with x264 frame threads, as a worker with more
    * cores per slot would: the same SPS/PPS, pictures coming out later than they go in */
