@@ -829,11 +829,44 @@ static void test_provider_voice(void) {
   fc_shard_meta_free(&m);
   fc_video_shards_remove(p, dir);
   fc_video_plan_free(p), fc_video_spec_free(s);
+  /* a long sentence's captions in the SRT: pieces of at most two lines of about 42 characters,
+   * together its whole text, the first starting where the sentence does */
+  j = "{\"script\":\"This sentence goes on and on, well past what one caption holds on two lines, "
+      "so the sidecar files show it in pieces, one after the other, each for its share of the "
+      "time.\",\"voice\":\"fake:x\"}";
+  FC_REQUIRE(fc_video_spec_parse(j, strlen(j), &s) == 0 && fc_video_plan_create(s, 1, 0, &p) == 0);
+  FC_REQUIRE(fc_video_shard_render(s, p, 0, &env, dir, NULL, NULL, NULL) == 0);
+  char mp4[256], srt[256];
+  snprintf(mp4, sizeof mp4, "%s/v.mp4", dir);
+  snprintf(srt, sizeof srt, "%s/v.srt", dir);
+  fc_video_result res;
+  FC_REQUIRE(fc_video_join(s, p, dir, mp4, srt, NULL, &res) == 0);
+  gchar *t = NULL;
+  FC_REQUIRE(g_file_get_contents(srt, &t, NULL, NULL));
+  gchar **blocks = g_strsplit(t, "\n\n", -1);
+  int cues_n = 0, long_lines = 0;
+  for (int i = 0; blocks[i]; i++) {
+    gchar **lines = g_strsplit(blocks[i], "\n", -1);
+    int n = (int)g_strv_length(lines);
+    if (n >= 3) {
+      cues_n++;
+      long_lines += n > 4; /* number, times, at most two lines */
+      for (int k = 2; k < n; k++) long_lines += g_utf8_strlen(lines[k], -1) > 50;
+    }
+    g_strfreev(lines);
+  }
+  g_strfreev(blocks);
+  FC_CHECK(cues_n >= 3);
+  FC_CHECK_INT(long_lines, ==, 0);
+  FC_CHECK(strstr(t, "1\n00:00:00,000 --> ") == t);
+  g_free(t);
+  fc_video_shards_remove(p, dir);
+  fc_video_plan_free(p), fc_video_spec_free(s);
   /* espeak's voice, even with the hook there: not called */
   j = "{\"script\":\"Hello.\",\"voice\":\"espeak:en\"}";
   FC_REQUIRE(fc_video_spec_parse(j, strlen(j), &s) == 0 && fc_video_plan_create(s, 1, 0, &p) == 0);
   FC_CHECK(fc_video_shard_render(s, p, 0, &env, dir, NULL, NULL, NULL) == 0);
-  FC_CHECK_INT(fake_calls, ==, 2);
+  FC_CHECK_INT(fake_calls, ==, 3);
   fc_video_shards_remove(p, dir);
   fc_video_plan_free(p), fc_video_spec_free(s);
   /* a provider without a hook, or one the hook does not have */

@@ -131,9 +131,13 @@ done:
   return err;
 }
 
-/* All cues on the joined clock. */
-static int write_captions(fc_cue *cues, int n, const char *srt, const char *vtt) {
-  int err = 0;
+/* All cues on the joined clock, long sentences in pieces of two lines of 42 characters (the
+ * usual width of a caption line; files.c wraps them). */
+#define CAPTION_CHARS 84
+
+static int write_captions(const fc_cue *all, int n_all, const char *srt, const char *vtt) {
+  int err = 0, n = 0;
+  fc_cue *cues = fc_cues_split(all, n_all, CAPTION_CHARS, &n);
   if (srt) {
     char *t = fc_captions_srt(cues, n);
     err = fc_bulk_write_atomic(srt, t, strlen(t));
@@ -144,6 +148,7 @@ static int write_captions(fc_cue *cues, int n, const char *srt, const char *vtt)
     err = fc_bulk_write_atomic(vtt, t, strlen(t));
     g_free(t);
   }
+  fc_cues_free(cues, n);
   return err;
 }
 
