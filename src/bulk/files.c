@@ -239,19 +239,20 @@ static void stamp(GString *o, int64_t samples, char sep) {
                          (long long)(ms % 1000));
 }
 
-/* The cue's text on lines of about 42 characters (broadcast captions' width), at most two
- * lines' worth per line break; a caption never holds a blank line (it would end the cue). */
+/* The cue's text on one line, or, over 42 characters (broadcast captions' width), on two
+ * broken at the space nearest the middle (pieces are at most two lines' worth: see
+ * fc_cues_split). A caption never holds a blank line (it would end the cue). */
 static void cue_text(GString *o, const char *t) {
-  size_t col = 0;
+  const glong n = g_utf8_strlen(t, -1);
+  const char *brk = NULL;
+  if (n > 42) {
+    glong best = n, i = 0;
+    for (const char *c = t; *c; c = g_utf8_next_char(c), i++)
+      if (*c == ' ' && labs(2 * i - n) < best) best = labs(2 * i - n), brk = c;
+  }
   for (const char *c = t; *c; c++) {
     if (*c == '\n' || *c == '\r') continue;
-    if (*c == ' ' && col >= 42) {
-      g_string_append_c(o, '\n');
-      col = 0;
-      continue;
-    }
-    g_string_append_c(o, *c);
-    if (((unsigned char)*c & 0xC0) != 0x80) col++;
+    g_string_append_c(o, c == brk ? '\n' : *c);
   }
   g_string_append_c(o, '\n');
 }
@@ -311,16 +312,23 @@ fc_cue *fc_cues_split(const fc_cue *cues, int n, int max_chars, int *n_out) {
     glong done = 0;
     const char *p = t;
     while (*p) {
-      const char *q = p, *space = NULL;
+      const char *q = p, *space = NULL, *pause = NULL;
       glong k = 0;
-      while (*q && k < want) {
-        if (*q == ' ') space = q;
+      /* what is left fits one piece: all of it (no short last piece) */
+      const glong lim = g_utf8_strlen(p, -1) <= max_chars ? max_chars : want;
+      while (*q && k < lim) {
+        if (*q == ' ') {
+          space = q;
+          /* after a comma, semicolon or colon in the last 40 %: where a reader pauses */
+          if (q > p && strchr(",;:", q[-1]) && k * 5 >= lim * 3) pause = q;
+        }
         q = g_utf8_next_char(q);
         k++;
       }
-      if (*q && *q != ' ' && space && space > p) { /* back to the last space */
-        k -= g_utf8_pointer_to_offset(space, q);
-        q = space;
+      if (*q && *q != ' ' && (pause || (space && space > p))) { /* back to a pause or a space */
+        const char *at = pause ? pause : space;
+        k -= g_utf8_pointer_to_offset(at, q);
+        q = at;
       }
       fc_cue c = {g_strstrip(g_strndup(p, (gsize)(q - p))), 0, 0};
       c.start = cues[i].start + (cues[i].end - cues[i].start) * done / total;
