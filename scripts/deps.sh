@@ -16,7 +16,7 @@ pkgs=(
   python3-skimage python3-numpy python3-scipy ffmpeg chromium
   glib-networking openssl iproute2 clang libclang-rt-14-dev
   nginx libnginx-mod-rtmp
-  coturn redis-server
+  coturn redis-server prometheus
   python3-gi gir1.2-gstreamer-1.0 gir1.2-gst-plugins-base-1.0 gir1.2-gst-plugins-bad-1.0
 )
 # nginx with its RTMP module is the RTMP server of tests/e2e_rtmp.sh, which starts its own as
@@ -24,6 +24,9 @@ pkgs=(
 # facecast does not use (`systemctl disable --now nginx` where it is not wanted).
 # redis-server is the Redis of tests/test_redis.c, which starts its own on a free port in a
 # temporary folder (Debian's package also sets up a system service on 6379, unused by the tests).
+# prometheus is the one tests/e2e_prometheus.sh starts as an ordinary process (its own storage
+# in a temporary folder, loopback port); the package's system service (port 9090) is not used
+# (`systemctl disable --now prometheus` where it is not wanted).
 # PyGObject with GStreamer's introspection data is the WHIP endpoint of tests/e2e_whip.sh
 # (webrtcbin answering and decoding, driven from the system's /usr/bin/python3).
 # Node.js 20 (for the browser tests' playwright-core) comes with the machine; Debian's nodejs
