@@ -26,6 +26,7 @@ from api_test import check  # noqa: E402
 BIN = os.path.abspath(sys.argv[1])
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(ROOT, "deploy", "prometheus", "prometheus.yml")
+ALERTS = os.path.join(ROOT, "deploy", "prometheus", "alerts.yml")
 DASHBOARD = os.path.join(ROOT, "deploy", "grafana", "facecast.json")
 
 # The bulk video job series (issue 17's plan), exported by the /v1/videos job store. Until this
@@ -145,10 +146,10 @@ class Prom:
 
 
 def scrape_config(key_file, target):
-    """The shipped configuration with this test's target, a 1 s interval, Prometheus' key
+    """The shipped configuration with this test's target, 1 s intervals, Prometheus' key
     uncommented and pointed at key_file, and a second job scraping without a key."""
     text = open(CONFIG).read()
-    subs = [("scrape_interval: 5s", "scrape_interval: 1s"), ("scrape_timeout: 4s", "scrape_timeout: 1s"),
+    subs = [("scrape_interval: 5s", "scrape_interval: 1s"), ("scrape_timeout: 4s", "scrape_timeout: 1s"), ("evaluation_interval: 15s", "evaluation_interval: 1s"),
             ('"localhost:8010"', '"%s"' % target), ("#authorization:", "authorization:"),
             ("#  credentials_file: /etc/prometheus/facecast.key", "  credentials_file: " + key_file)]
     for old, new in subs:
@@ -202,7 +203,8 @@ def main():
         if not shutil.which(tool):
             raise SystemExit(tool + " not found: Debian's package 'prometheus' (scripts/deps.sh installs it)")
     r = subprocess.run(["promtool", "check", "config", CONFIG], capture_output=True, text=True)
-    check(r.returncode == 0, "promtool accepts deploy/prometheus/prometheus.yml " + r.stderr.strip()[-300:])
+    check(r.returncode == 0 and "alerts.yml" in r.stdout,
+          "promtool accepts deploy/prometheus/prometheus.yml and its alerts " + r.stderr.strip()[-300:])
     with open(DASHBOARD) as f:
         dash = json.load(f)
     exprs, var_queries = dashboard_static(dash)
@@ -247,6 +249,7 @@ def main():
         check(st == 401, "/metrics without the key: 401")
 
         config = os.path.join(tmp, "prometheus.yml")
+        shutil.copy(ALERTS, tmp)  # rule_files are found beside the config
         with open(config, "w") as f:
             f.write(scrape_config(key_file, "127.0.0.1:%d" % port))
         r = subprocess.run(["promtool", "check", "config", config], capture_output=True, text=True)
@@ -309,6 +312,20 @@ def main():
             m = re.fullmatch(r"label_values\((\w+),\s*instance\)", q or "")
             check(m is not None and m.group(1) in live and prom.values(m.group(1)),
                   "variable query %r: a live series with an instance label" % q)
+        # The alerts as the running Prometheus loaded them (every rule evaluated without error),
+        # on exported series only.
+        deadline, rules = time.time() + 10, []
+        while time.time() < deadline:
+            groups = prom.api("rules").get("data", {}).get("groups", [])
+            rules = [r for g in groups for r in g.get("rules", [])]
+            if rules and all(r.get("lastEvaluation", "").startswith("0001") is False for r in rules):
+                break
+            time.sleep(0.5)
+        check(len(rules) >= 5 and all(r.get("type") == "alerting" and r.get("health") == "ok" for r in rules),
+              "alerts loaded and evaluated: %s" % [(r.get("name"), r.get("health"), r.get("lastError")) for r in rules])
+        for r in rules:
+            unknown = sorted(n for n in metric_names(r.get("query", "")) if n != "up" and not known(n, allowed))
+            check(not unknown, "alert %s: %s exported" % (r.get("name"), unknown or "all series"))
         for title, es in exprs.items():
             for e in es:
                 unknown = sorted(n for n in metric_names(e) if not known(n, allowed))
