@@ -7,10 +7,12 @@ only series facecast exports (read from the live /metrics; the bulk video job se
 from the list below until this build exports them) and Prometheus itself accepts every query;
 those whose series are exported here return data. Everything started is stopped by its process.
 usage: prom_test.py FACECAST_BINARY"""
+import ctypes
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -75,6 +77,12 @@ def metric_names(expr):
     return names
 
 
+def die_with_parent():
+    """In the child: SIGTERM when this test dies (killed by CTest's timeout, say), so that no
+    prometheus or server outlives it."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def fill(expr):
     for k in sorted(GRAFANA_VARS, key=len, reverse=True):
         expr = expr.replace(k, GRAFANA_VARS[k])
@@ -109,7 +117,7 @@ class Prom:
                 ["prometheus", "--config.file=" + config,
                  "--storage.tsdb.path=" + os.path.join(folder, "tsdb"),
                  "--web.listen-address=127.0.0.1:%d" % self.port, "--log.level=warn"],
-                stdout=self.log, stderr=subprocess.STDOUT, cwd=folder)
+                stdout=self.log, stderr=subprocess.STDOUT, cwd=folder, preexec_fn=die_with_parent)
             deadline = time.time() + 20
             while time.time() < deadline and self.proc.poll() is None:
                 try:
@@ -232,7 +240,8 @@ def main():
 
         env = dict(os.environ, FACECAST_DATA_DIR=data)
         proc = subprocess.Popen([BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--quiet",
-                                 "--api-keys", keys], stderr=subprocess.PIPE, text=True, env=env)
+                                 "--api-keys", keys], stderr=subprocess.PIPE, text=True, env=env,
+                                preexec_fn=die_with_parent)
         port, deadline = None, time.time() + 30
         while port is None and time.time() < deadline:
             line = proc.stderr.readline()
