@@ -29,6 +29,7 @@ BIN = os.path.abspath(sys.argv[1])
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(ROOT, "deploy", "prometheus", "prometheus.yml")
 ALERTS = os.path.join(ROOT, "deploy", "prometheus", "alerts.yml")
+ALERTS_TEST = os.path.join(ROOT, "tests", "prometheus", "alerts_test.yml")
 DASHBOARD = os.path.join(ROOT, "deploy", "grafana", "facecast.json")
 
 # The bulk video job series (issue 17's plan), exported by the /v1/videos job store. Until this
@@ -215,6 +216,10 @@ def main():
     r = subprocess.run(["promtool", "check", "config", CONFIG], capture_output=True, text=True)
     check(r.returncode == 0 and "alerts.yml" in r.stdout,
           "promtool accepts deploy/prometheus/prometheus.yml and its alerts " + r.stderr.strip()[-300:])
+    r = subprocess.run(["promtool", "test", "rules", ALERTS_TEST], capture_output=True, text=True)
+    ok = r.returncode == 0 and "SUCCESS" in r.stdout
+    check(ok, "the alerts fire on made-up series as tests/prometheus/alerts_test.yml says " +
+          ("" if ok else (r.stdout + r.stderr)[-1500:]))
     with open(DASHBOARD) as f:
         dash = json.load(f)
     exprs, var_queries = dashboard_static(dash)
