@@ -97,6 +97,40 @@ def families(text):
     return {m.group(1): m.group(2) for m in re.finditer(r"^# TYPE (\S+) (\S+)$", text, re.M)}
 
 
+def sampled(text):
+    """The series names with at least one sample (a family may be declared with none yet)."""
+    return {m.group(1): "gauge" for m in re.finditer(r"^([a-zA-Z_:][\w:]*)[{ ]", text, re.M)}
+
+
+def bulk_job(c, auth, prom):
+    """A /v1/videos job (issue 17) seen through Prometheus: the job series count it. Until this
+    build has the route (404 here), the dashboard's bulk series are checked by name only."""
+    st, js, _, _ = c.post("/v1/videos", {"script": "One short video for the metrics."}, headers=auth)
+    if st == 404:
+        print("ok   no /v1/videos in this build: the bulk job series are checked by name (PLANNED)")
+        return
+    data = (js.get("data") if isinstance(js, dict) else None) or {}
+    check(st in (200, 201, 202) and data.get("id"), "POST /v1/videos: a job (%d %s)" % (st, js))
+    if not data.get("id"):
+        return
+    deadline, status = time.time() + 90, data.get("status")
+    while time.time() < deadline and status not in ("completed", "failed", "canceled"):
+        time.sleep(0.5)
+        st, js, _, _ = c.req("GET", "/v1/videos/" + data["id"], headers=auth)
+        status = ((js.get("data") if isinstance(js, dict) else None) or {}).get("status")
+    check(status == "completed", "the video job completed (%s)" % status)
+    want = {"completed": 'facecast_video_jobs_total{job="facecast",status="completed"} >= 1',
+            "video seconds": 'facecast_video_seconds_total{job="facecast"} > 0',
+            "render time observed": 'facecast_video_render_seconds_count{job="facecast"} >= 1',
+            "wait time observed": 'facecast_video_wait_seconds_count{job="facecast"} >= 1'}
+    deadline, got = time.time() + 10, set()
+    while time.time() < deadline and len(got) < len(want):
+        got |= {w for w, e in want.items() if prom.values(e)}
+        time.sleep(0.5)
+    for w, e in want.items():
+        check(w in got, "Prometheus: the job's %s (%s)" % (w, e))
+
+
 def known(name, fams):
     if name in fams:
         return True
@@ -319,6 +353,7 @@ def main():
         # The dashboard against what this server exports and what Prometheus accepts.
         st, _, body, _ = c.req("GET", "/metrics", headers=auth)
         live = families(body.decode())
+        with_samples = sampled(body.decode())
         check(st == 200 and "facecast_sessions" in live, "/metrics with the key: %d families" % len(live))
         live.update(PROMETHEUS_OWN)
         allowed = dict(PLANNED, **live)
@@ -349,7 +384,7 @@ def main():
                 check(not unknown, "%s: %s exported (%s)" % (title, "all series" if not unknown else unknown, e))
                 js = prom.query(fill(e))
                 check(js.get("status") == "success", "%s: Prometheus accepts %s %s" % (title, fill(e), js.get("error", "")))
-                if all(known(n, live) for n in metric_names(e)) and js.get("status") == "success":
+                if all(n in with_samples or n in PROMETHEUS_OWN for n in metric_names(e)) and js.get("status") == "success":
                     check(len(js["data"]["result"]) > 0, "%s: data for %s" % (title, fill(e)))
         # Silence, then the session's close, straight from /metrics.
         st, _, _, _ = c.post("/interrupt_talk", {"sessionid": sid}, headers=auth)
@@ -367,6 +402,17 @@ def main():
               re.search(r"^facecast_session_duration_seconds_count 1$", text, re.M) and m and
               2 < float(m.group(1)) < 60 and "facecast_session_speaking{" not in text,
               "closed: one lifetime in facecast_session_duration_seconds, no per-session series")
+
+        # A bulk video job, and then the dashboard's bulk panels have data too.
+        bulk_job(c, auth, prom)
+        with_samples = sampled(c.req("GET", "/metrics", headers=auth)[2].decode())
+        for title, es in exprs.items():
+            for e in es:
+                names = metric_names(e)
+                if any(n.startswith("facecast_video_") for n in names) and all(n in with_samples for n in names):
+                    js = prom.query(fill(e))
+                    check(js.get("status") == "success" and len(js["data"]["result"]) > 0,
+                          "%s: data for %s after a job" % (title, fill(e)))
     finally:
         if prom:
             if A.FAILS:
