@@ -541,6 +541,8 @@ void fc_http_ok(SoupServerMessage *msg, const char *data_json);
  * that key's sessions are listed by id. */
 void fc_metrics_render(fc_server *srv, GString *out, const char *owner);
 void fc_metrics_late(fc_server *srv, double ms);
+/* metrics_process.c: the process' CPU, memory and descriptors under the usual process_* names */
+void fc_metrics_process(GString *out);
 /* A session leaving the table after `seconds` open (srv->lock held). */
 void fc_metrics_session_closed(fc_server *srv, double seconds);
 

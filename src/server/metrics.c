@@ -283,6 +283,7 @@ void fc_metrics_render(fc_server *srv, GString *o, const char *owner) {
                          life_sum, (unsigned long long)lc);
   /* ---- end of the live-session figures ---- */
   g_free(rows);
+  fc_metrics_process(o);
   fc_push_metrics(srv, o);
 
   if (!srv->sched) return;

@@ -51,7 +51,8 @@ REQUIRED = {"facecast_sessions", "facecast_frame_lateness_ms_bucket", "facecast_
             "facecast_sched_batches_total", "facecast_turn_seconds_bucket",
             "facecast_final_frames_total", "facecast_late_frames_total", "facecast_sessions_speaking",
             "facecast_session_speaking", "facecast_session_late_frames_total",
-            "facecast_session_duration_seconds_bucket"}
+            "facecast_session_duration_seconds_bucket", "process_cpu_seconds_total",
+            "process_resident_memory_bytes", "process_open_fds"}
 
 # Prometheus' own series about each target, which a dashboard may show beside facecast's.
 PROMETHEUS_OWN = {"up": "gauge", "scrape_duration_seconds": "gauge", "scrape_samples_scraped": "gauge"}
@@ -280,6 +281,7 @@ def main():
         os.chmod(key_file, 0o600)
 
         env = dict(os.environ, FACECAST_DATA_DIR=data)
+        started = time.time()
         proc = subprocess.Popen([BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--quiet",
                                  "--api-keys", keys], stderr=subprocess.PIPE, text=True, env=env,
                                 preexec_fn=die_with_parent)
@@ -347,6 +349,16 @@ def main():
         check(v is not None and len(v) == 1 and list(v.values())[0] > 25, "facecast_session_infer_frames_total > 25: %s" % v)
         v = prom.values('facecast_session_age_seconds{job="facecast"}')
         check(v is not None and len(v) == 1 and 2 < list(v.values())[0] < 60, "facecast_session_age_seconds: %s" % v)
+        v = prom.values('rate(process_cpu_seconds_total{job="facecast"}[10s])')
+        check(v is not None and len(v) == 1 and 0 < list(v.values())[0] < (os.cpu_count() or 1) + 0.5,
+              "process_cpu_seconds_total rises, by at most the machine's cores: %s" % v)
+        v = prom.values('process_resident_memory_bytes{job="facecast"}')
+        check(v is not None and len(v) == 1 and 10e6 < list(v.values())[0] < 8e9, "process_resident_memory_bytes: %s" % v)
+        v = prom.values('process_start_time_seconds{job="facecast"}')
+        check(v is not None and len(v) == 1 and abs(list(v.values())[0] - started) < 30,
+              "process_start_time_seconds is when the server started: %s" % v)
+        v = prom.values('process_open_fds{job="facecast"} < process_max_fds{job="facecast"}')
+        check(v is not None and len(v) == 1 and list(v.values())[0] > 3, "process_open_fds below process_max_fds: %s" % v)
         v = prom.values('scrape_samples_scraped{job="facecast"}')
         check(v is not None and len(v) == 1 and list(v.values())[0] > 100, "a scrape has over 100 samples: %s" % v)
 
