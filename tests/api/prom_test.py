@@ -5,7 +5,9 @@ while a session speaks; its series are queried back through Prometheus' HTTP API
 Grafana dashboard (deploy/grafana/facecast.json): it parses as a dashboard, every query names
 only series facecast exports (read from the live /metrics; the bulk video job series of issue 17
 from the list below until this build exports them) and Prometheus itself accepts every query;
-those whose series are exported here return data. Everything started is stopped by its process.
+those whose series are exported here return data. The alerts (deploy/prometheus/alerts.yml) load
+and evaluate in that Prometheus, and fire as tests/prometheus/alerts_test.yml says (promtool).
+Everything started is stopped by its process, and dies with this test.
 usage: prom_test.py FACECAST_BINARY"""
 import ctypes
 import json
@@ -16,6 +18,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -56,12 +59,12 @@ REQUIRED = {"facecast_sessions", "facecast_frame_lateness_ms_bucket", "facecast_
 
 # Prometheus' own series about each target, which a dashboard may show beside facecast's.
 PROMETHEUS_OWN = {"up": "gauge", "scrape_duration_seconds": "gauge", "scrape_samples_scraped": "gauge"}
-# Grafana's variables, as a query would be sent once they are filled in.
 # promtool's lint of /metrics: names from before this test, kept for the dashboards that use
 # them. Any other complaint (a new series) fails.
 KNOWN_LINT = {"facecast_frame_lateness_ms metric names should not contain abbreviated units",
               "facecast_sched_batch_ms_p95 metric names should not contain abbreviated units",
               "facecast_session_encoder_delay_ms metric names should not contain abbreviated units"}
+# Grafana's variables, as a query would be sent once they are filled in.
 GRAFANA_VARS = {"$__rate_interval": "5s", "$__interval": "1s", "$__range": "1m", "$instance": ".*",
                 "${instance}": ".*"}
 PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "offset", "bool",
@@ -100,7 +103,7 @@ def families(text):
 
 def sampled(text):
     """The series names with at least one sample (a family may be declared with none yet)."""
-    return {m.group(1): "gauge" for m in re.finditer(r"^([a-zA-Z_:][\w:]*)[{ ]", text, re.M)}
+    return {m.group(1) for m in re.finditer(r"^([a-zA-Z_:][\w:]*)[{ ]", text, re.M)}
 
 
 def bulk_job(c, auth, prom):
@@ -195,7 +198,8 @@ def scrape_config(key_file, target):
     """The shipped configuration with this test's target, 1 s intervals, Prometheus' key
     uncommented and pointed at key_file, and a second job scraping without a key."""
     text = open(CONFIG).read()
-    subs = [("scrape_interval: 5s", "scrape_interval: 1s"), ("scrape_timeout: 4s", "scrape_timeout: 1s"), ("evaluation_interval: 15s", "evaluation_interval: 1s"),
+    subs = [("scrape_interval: 5s", "scrape_interval: 1s"), ("scrape_timeout: 4s", "scrape_timeout: 1s"),
+            ("evaluation_interval: 15s", "evaluation_interval: 1s"),
             ('"localhost:8010"', '"%s"' % target), ("#authorization:", "authorization:"),
             ("#  credentials_file: /etc/prometheus/facecast.key", "  credentials_file: " + key_file)]
     for old, new in subs:
@@ -295,6 +299,9 @@ def main():
                 break
         if port is None:
             raise SystemExit("facecast serve did not start")
+        # what the server says from here on (sanitizer reports) is shown, and never fills the pipe
+        threading.Thread(target=lambda: [sys.stderr.write("server: " + l) for l in proc.stderr],
+                         daemon=True).start()
         c = A.Client(port)
         auth = {"Authorization": "Bearer " + key}
         st, _, _, _ = c.req("GET", "/metrics")
