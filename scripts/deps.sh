@@ -24,11 +24,11 @@ pkgs=(
 # facecast does not use (`systemctl disable --now nginx` where it is not wanted).
 # redis-server is the Redis of tests/test_redis.c, which starts its own on a free port in a
 # temporary folder (Debian's package also sets up a system service on 6379, unused by the tests).
+# PyGObject with GStreamer's introspection data is the WHIP endpoint of tests/e2e_whip.sh
+# (webrtcbin answering and decoding, driven from the system's /usr/bin/python3).
 # prometheus is the one tests/e2e_prometheus.sh starts as an ordinary process (its own storage
 # in a temporary folder, loopback port); the package's system service (port 9090) is not used
 # (`systemctl disable --now prometheus` where it is not wanted).
-# PyGObject with GStreamer's introspection data is the WHIP endpoint of tests/e2e_whip.sh
-# (webrtcbin answering and decoding, driven from the system's /usr/bin/python3).
 # Node.js 20 (for the browser tests' playwright-core) comes with the machine; Debian's nodejs
 # is 18, too old, so it is installed only where there is no node at all.
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs npm)
