@@ -70,10 +70,10 @@ extern const double fc_late_bounds_ms[FC_LATE_BUCKETS];
 enum { FC_TURN_ASR, FC_TURN_TOKEN, FC_TURN_SENTENCE, FC_TURN_AUDIO, FC_TURN_FRAME, FC_TURN_STAGES };
 #define FC_TURN_BUCKETS 12
 extern const double fc_turn_bounds_s[FC_TURN_BUCKETS];
+extern const char *const fc_turn_stage_names[FC_TURN_STAGES];
 /* Seconds a session stayed open, 10 s to 2 h (metrics.c). */
 #define FC_LIFE_BUCKETS 9
 extern const double fc_life_bounds_s[FC_LIFE_BUCKETS];
-extern const char *const fc_turn_stage_names[FC_TURN_STAGES];
 typedef struct fc_turn_timeline {
   uint32_t turn;       /* 0: none */
   int voice;
