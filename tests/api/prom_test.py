@@ -34,6 +34,7 @@ CONFIG = os.path.join(ROOT, "deploy", "prometheus", "prometheus.yml")
 ALERTS = os.path.join(ROOT, "deploy", "prometheus", "alerts.yml")
 ALERTS_TEST = os.path.join(ROOT, "tests", "prometheus", "alerts_test.yml")
 DASHBOARD = os.path.join(ROOT, "deploy", "grafana", "facecast.json")
+GENERATOR = os.path.join(ROOT, "tools", "gen_dashboard.py")
 
 # The bulk video job series (issue 17's plan), exported by the /v1/videos job store. Until this
 # build's /metrics has them, the dashboard's queries on them are checked against this list (and
@@ -272,6 +273,8 @@ def main():
     ok = r.returncode == 0 and "SUCCESS" in r.stdout
     check(ok, "the alerts fire on made-up series as tests/prometheus/alerts_test.yml says " +
           ("" if ok else (r.stdout + r.stderr)[-1500:]))
+    r = subprocess.run([sys.executable, GENERATOR, "--check"], capture_output=True, text=True)
+    check(r.returncode == 0, "the dashboard is what tools/gen_dashboard.py writes " + r.stderr.strip())
     with open(DASHBOARD) as f:
         dash = json.load(f)
     exprs, var_queries = dashboard_static(dash)
