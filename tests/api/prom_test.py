@@ -372,9 +372,15 @@ def main():
         check(v is not None and len(v) == 1 and list(v.values())[0] > 25, "facecast_session_infer_frames_total > 25: %s" % v)
         v = prom.values('facecast_session_age_seconds{job="facecast"}')
         check(v is not None and len(v) == 1 and 2 < list(v.values())[0] < 60, "facecast_session_age_seconds: %s" % v)
-        v = prom.values('rate(process_cpu_seconds_total{job="facecast"}[10s])')
-        check(v is not None and len(v) == 1 and 0 < list(v.values())[0] < (os.cpu_count() or 1) + 0.5,
-              "process_cpu_seconds_total rises, by at most the machine's cores: %s" % v)
+        # the start-up alone (the avatar loaded, espeak) takes tenths of a second; a session on
+        # this backend can take under a 10 ms tick a second, so a rise is not asked for, only a
+        # rate within the machine's cores
+        v = prom.values('process_cpu_seconds_total{job="facecast"}')
+        check(v is not None and len(v) == 1 and 0.02 < list(v.values())[0] < 600,
+              "process_cpu_seconds_total counts the server's CPU: %s" % v)
+        v = prom.values('rate(process_cpu_seconds_total{job="facecast"}[1m])')
+        check(v is not None and len(v) == 1 and 0 <= list(v.values())[0] < (os.cpu_count() or 1) + 0.5,
+              "rate(process_cpu_seconds_total) within the machine's cores: %s" % v)
         v = prom.values('process_resident_memory_bytes{job="facecast"}')
         check(v is not None and len(v) == 1 and 10e6 < list(v.values())[0] < 8e9, "process_resident_memory_bytes: %s" % v)
         v = prom.values('process_start_time_seconds{job="facecast"}')
