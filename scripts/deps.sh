@@ -16,7 +16,7 @@ pkgs=(
   python3-skimage python3-numpy python3-scipy ffmpeg chromium
   glib-networking openssl iproute2 clang libclang-rt-14-dev
   nginx libnginx-mod-rtmp
-  coturn redis-server
+  coturn redis-server prometheus
   python3-gi gir1.2-gstreamer-1.0 gir1.2-gst-plugins-base-1.0 gir1.2-gst-plugins-bad-1.0
   libpango1.0-dev libcairo2-dev fonts-dejavu-core
 )
@@ -28,6 +28,9 @@ pkgs=(
 # Pango/Cairo and a font draw the captions burned into bulk videos (src/bulk/frame.c).
 # PyGObject with GStreamer's introspection data is the WHIP endpoint of tests/e2e_whip.sh
 # (webrtcbin answering and decoding, driven from the system's /usr/bin/python3).
+# prometheus is the one tests/e2e_prometheus.sh starts as an ordinary process (its own storage
+# in a temporary folder, loopback port); the package's system service (port 9090) is not used
+# (`systemctl disable --now prometheus` where it is not wanted).
 # Node.js 20 (for the browser tests' playwright-core) comes with the machine; Debian's nodejs
 # is 18, too old, so it is installed only where there is no node at all.
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs npm)

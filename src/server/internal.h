@@ -71,6 +71,9 @@ enum { FC_TURN_ASR, FC_TURN_TOKEN, FC_TURN_SENTENCE, FC_TURN_AUDIO, FC_TURN_FRAM
 #define FC_TURN_BUCKETS 12
 extern const double fc_turn_bounds_s[FC_TURN_BUCKETS];
 extern const char *const fc_turn_stage_names[FC_TURN_STAGES];
+/* Seconds a session stayed open, 10 s to 2 h (metrics.c). */
+#define FC_LIFE_BUCKETS 9
+extern const double fc_life_bounds_s[FC_LIFE_BUCKETS];
 typedef struct fc_turn_timeline {
   uint32_t turn;       /* 0: none */
   int voice;
@@ -157,6 +160,10 @@ typedef struct fc_server {
   /* Conversation turns' milestones (main loop only: written and rendered there) */
   uint64_t turn_hist[FC_TURN_STAGES][FC_TURN_BUCKETS + 1], turn_count[FC_TURN_STAGES];
   double turn_sum[FC_TURN_STAGES];
+  /* Closed sessions' lifetimes (under lock, added as each leaves `sessions`): how long people
+   * stay, and with _sum the session-seconds served. */
+  uint64_t life_hist[FC_LIFE_BUCKETS + 1];
+  double life_sum_s;
   /* Benchmarks only: every frame's lateness in ms (preallocated; NULL otherwise). */
   float *late_samples;
   size_t late_cap, late_n;
@@ -239,6 +246,7 @@ struct fc_session {
    * with FC_STAT_SET and they read them with FC_STAT_GET (relaxed atomics: no order, no tear). */
   int still_run; /* idle frames in a row showing the same still picture */
   uint64_t out_frames, infer_frames, dropped_frames;
+  uint64_t late_frames; /* ticks it sent nothing (busy) or a frame made late, on the spot */
   int64_t log_t0;
   uint64_t log_out0, log_infer0;
   uint64_t infer_total; /* written under q_lock by producers */
@@ -533,5 +541,9 @@ void fc_http_ok(SoupServerMessage *msg, const char *data_json);
  * that key's sessions are listed by id. */
 void fc_metrics_render(fc_server *srv, GString *out, const char *owner);
 void fc_metrics_late(fc_server *srv, double ms);
+/* metrics_process.c: the process' CPU, memory and descriptors under the usual process_* names */
+void fc_metrics_process(GString *out);
+/* A session leaving the table after `seconds` open (srv->lock held). */
+void fc_metrics_session_closed(fc_server *srv, double seconds);
 
 #endif

@@ -15,6 +15,7 @@ const double fc_turn_bounds_s[FC_TURN_BUCKETS] = {0.025, 0.05, 0.1, 0.15, 0.2, 0
 const char *const fc_turn_stage_names[FC_TURN_STAGES] = {"asr", "llm_first_token",
                                                          "first_sentence", "first_audio",
                                                          "first_frame"};
+const double fc_life_bounds_s[FC_LIFE_BUCKETS] = {10, 30, 60, 120, 300, 600, 1800, 3600, 7200};
 
 void fc_metrics_late(fc_server *srv, double ms) { /* stat_lock held */
   int b = 0;
@@ -24,12 +25,23 @@ void fc_metrics_late(fc_server *srv, double ms) { /* stat_lock held */
   if (srv->late_samples && srv->late_n < srv->late_cap) srv->late_samples[srv->late_n++] = (float)ms;
 }
 
+void fc_metrics_session_closed(fc_server *srv, double seconds) { /* lock held */
+  int b = 0;
+  while (b < FC_LIFE_BUCKETS && seconds > fc_life_bounds_s[b]) b++;
+  srv->life_hist[b]++;
+  srv->life_sum_s += seconds;
+}
+
 /* One open session's figures, copied under the server lock and written out after it. */
 typedef struct session_row {
   char id[40];
   int ready;
   unsigned long long frames, pictures_late, keyframes; /* %llu below */
   double infer_fps, final_fps, encoder_delay_ms;
+  /* live-session figures (issue 17): per session what the totals sum, and its state */
+  unsigned long long infer, dropped, late;
+  int speaking;
+  double age_s;
 } session_row;
 
 /* The text format wants each family's samples together, after its HELP and TYPE lines. */
@@ -51,6 +63,7 @@ static void counter(GString *o, const char *name, const char *help, uint64_t v) 
 
 void fc_metrics_render(fc_server *srv, GString *o, const char *owner) {
   uint64_t infer = 0, dropped = 0, enc_late = 0, ws_dropped[2] = {0, 0};
+  int speaking = 0;
   g_mutex_lock(&srv->lock);
   int n = (int)g_hash_table_size(srv->sessions);
   session_row *rows = g_new0(session_row, n > 0 ? n : 1);
@@ -72,7 +85,14 @@ void fc_metrics_render(fc_server *srv, GString *o, const char *owner) {
       snprintf(r->id, sizeof r->id, "%llu", (unsigned long long)s->serial);
     g_mutex_lock(&s->q_lock);
     r->ready = s->r_count;
+    /* as fc_session_is_speaking (main loop, as this), without taking q_lock twice */
+    r->speaking = s->r_count > 0 || g_atomic_int_get(&s->speech) || s->heard != 0;
     g_mutex_unlock(&s->q_lock);
+    speaking += r->speaking;
+    r->age_s = (g_get_monotonic_time() - s->opened_us) / 1e6;
+    r->infer = FC_STAT_GET(s->infer_frames);
+    r->dropped = FC_STAT_GET(s->dropped_frames);
+    r->late = FC_STAT_GET(s->late_frames);
     r->frames = FC_STAT_GET(s->out_frames);
     r->infer_fps = FC_STAT_GET(s->infer_fps);
     r->final_fps = FC_STAT_GET(s->final_fps);
@@ -99,6 +119,9 @@ void fc_metrics_render(fc_server *srv, GString *o, const char *owner) {
   ws_dropped[0] += srv->closed_ws_dropped[0];
   ws_dropped[1] += srv->closed_ws_dropped[1];
   uint64_t created = srv->sessions_created, rejected = srv->sessions_rejected;
+  uint64_t life[FC_LIFE_BUCKETS + 1];
+  memcpy(life, srv->life_hist, sizeof life);
+  const double life_sum = srv->life_sum_s;
   g_mutex_unlock(&srv->lock);
 
   /* The pacers' counters, one consistent copy. */
@@ -226,7 +249,41 @@ void fc_metrics_render(fc_server *srv, GString *o, const char *owner) {
                  pictures_late);
   SESSION_FAMILY("facecast_session_keyframes_total", "counter",
                  "Key frames the video encoder made, per session.", "%llu", keyframes);
+  /* ---- live sessions (issue 17): per-session state and totals, and closed sessions ---- */
+  SESSION_FAMILY("facecast_session_speaking", "gauge",
+                 "1 while the session speaks: speech queued, being made into frames, or being sent.",
+                 "%d", speaking);
+  SESSION_FAMILY("facecast_session_age_seconds", "gauge", "Seconds since the session opened.",
+                 "%.1f", age_s);
+  SESSION_FAMILY("facecast_session_infer_frames_total", "counter",
+                 "Frames lip-sync made, per session.", "%llu", infer);
+  SESSION_FAMILY("facecast_session_dropped_frames_total", "counter",
+                 "Frames the session's output could not take.", "%llu", dropped);
+  SESSION_FAMILY("facecast_session_late_frames_total", "counter",
+                 "Ticks the pacer sent nothing or a frame made late on the spot, per session.",
+                 "%llu", late);
+  family(o, "facecast_sessions_speaking", "gauge", "Live sessions speaking now.");
+  g_string_append_printf(o, "facecast_sessions_speaking %d\n", speaking);
+  counter(o, "facecast_production_failures_total",
+          "Frame productions that failed (their speech dropped).",
+          (uint64_t)g_atomic_int_get(&srv->production_failures));
+  family(o, "facecast_session_duration_seconds", "histogram",
+         "How long closed sessions stayed open; _sum is the session-seconds served.");
+  uint64_t lc = 0;
+  for (int b = 0; b <= FC_LIFE_BUCKETS; b++) {
+    lc += life[b];
+    char le[16] = "+Inf";
+    if (b < FC_LIFE_BUCKETS) snprintf(le, sizeof le, "%g", fc_life_bounds_s[b]);
+    g_string_append_printf(o, "facecast_session_duration_seconds_bucket{le=\"%s\"} %llu\n", le,
+                           (unsigned long long)lc);
+  }
+  g_string_append_printf(o,
+                         "facecast_session_duration_seconds_sum %.3f\n"
+                         "facecast_session_duration_seconds_count %llu\n",
+                         life_sum, (unsigned long long)lc);
+  /* ---- end of the live-session figures ---- */
   g_free(rows);
+  fc_metrics_process(o);
   fc_push_metrics(srv, o);
 
   if (!srv->sched) return;

@@ -79,7 +79,8 @@ static int peek(fc_session *s, fc_frame_info *fi, const uint8_t **img, const int
 }
 
 /* A tick this session sends nothing: its frame is being made (counted late, a whole tick). */
-static void tick_busy(fc_server *srv) {
+static void tick_busy(fc_server *srv, fc_session *s) {
+  FC_STAT_SET(s->late_frames, s->late_frames + 1);
   g_mutex_lock(&srv->stat_lock);
   srv->frames_late++;
   srv->ticks_busy++;
@@ -105,7 +106,7 @@ static void pace_one(fc_server *srv, fc_session *s, int64_t deadline) {
     int gpu_pending = srv->gpu && g_atomic_int_get(&s->pending);
     if (gpu_pending) fc_session_want_fill(s);
     if (gpu_pending || !g_mutex_trylock(&s->lock)) {
-      tick_busy(srv);
+      tick_busy(srv, s);
       return;
     }
     if (g_atomic_int_get(&s->closed)) {
@@ -116,7 +117,7 @@ static void pace_one(fc_server *srv, fc_session *s, int64_t deadline) {
       if (srv->gpu) { /* speech arrived since the check above: as above, the workers make it */
         g_mutex_unlock(&s->lock);
         fc_session_want_fill(s);
-        tick_busy(srv);
+        tick_busy(srv, s);
         return;
       }
       /* On the CPU, speech the workers have not produced yet: make this one frame here (the
@@ -175,6 +176,7 @@ static void pace_one(fc_server *srv, fc_session *s, int64_t deadline) {
   int64_t now = now_ns();
   double ms = (now - deadline) / 1e6;
   FC_STAT_SET(s->out_frames, s->out_frames + 1);
+  if (late) FC_STAT_SET(s->late_frames, s->late_frames + 1);
   g_mutex_lock(&srv->stat_lock);
   fc_metrics_late(srv, ms < 0 ? 0 : ms);
   srv->frames_out++;

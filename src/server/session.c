@@ -458,6 +458,7 @@ void fc_session_close(fc_session *s, const char *why) {
       srv->closed_ws_dropped[0] += vd;
       srv->closed_ws_dropped[1] += ad;
     }
+    fc_metrics_session_closed(srv, (g_get_monotonic_time() - s->opened_us) / 1e6);
     g_hash_table_remove(srv->sessions, s->id);
   }
   g_mutex_unlock(&srv->lock);

@@ -52,6 +52,15 @@ def start_server(*extra):
     raise SystemExit("server did not start")
 
 
+def free_port():
+    """A loopback TCP port free now (another process may take it before the caller binds it)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 def stop(proc, timeout=15):
     """SIGTERM, then the exit status (or "hung", after SIGKILL, when it does not exit)."""
     proc.terminate()

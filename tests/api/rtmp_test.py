@@ -24,7 +24,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
 import api_test  # noqa: E402
-from api_test import FAILS, check, multipart, offer_sdp  # noqa: E402
+from api_test import FAILS, check, free_port, multipart, offer_sdp  # noqa: E402
 
 BIN = sys.argv[1]
 RTMP_MODULE = "/usr/lib/nginx/modules/ngx_rtmp_module.so"  # Debian's libnginx-mod-rtmp
@@ -32,14 +32,6 @@ RTMP_MODULE = "/usr/lib/nginx/modules/ngx_rtmp_module.so"  # Debian's libnginx-m
 NGINX = shutil.which("nginx", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
 RATE = 16000
 BURSTS = [0.52, 1.36, 2.24, 3.12]  # s into the uploaded audio; 0.3 s of 300 Hz each
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def wait_port(port, timeout=10):
