@@ -132,6 +132,7 @@ typedef struct fc_server {
   GHashTable *recordings; /* session id → fc_recording: its last finished one (main loop) */
   GThreadPool *workers;
 
+  struct fc_fleet *fleet; /* fleet.h: --redis, the sessions of several nodes; NULL: one node */
   struct fc_avatar_tasks *avatar_tasks; /* src/jobs/avatars.c */
   struct fc_tasks *render_tasks;       /* src/jobs/renders.c (jobs/tasks.h) */
 

@@ -4,6 +4,7 @@
  * pacer, their only writer, stores them atomically (FC_STAT_SET), so a read sees an old or a
  * new value, never a torn one. */
 #include "server/internal.h"
+#include "server/fleet.h"
 #include "server/listener.h"
 
 #include <malloc.h>
@@ -228,6 +229,7 @@ void fc_metrics_render(fc_server *srv, GString *o, const char *owner) {
                  "Key frames the video encoder made, per session.", "%llu", keyframes);
   g_free(rows);
   fc_push_metrics(srv, o);
+  fc_fleet_metrics(srv->fleet, o);
 
   if (!srv->sched) return;
   int nd = srv->n_devs;
