@@ -62,11 +62,14 @@ static int cmd(reg *g, fc_resp **rep, int argc, const char *const *argv) {
   int err = fc_redis_command(g->r, argc, argv, NULL, rep);
   int up = err == FC_OK || err == FC_EREMOTE;
   if (up != g->up) {
-    if (up)
+    if (up) {
       g_message("fleet: Redis answers again; routing to other nodes resumes");
-    else
+      /* it may have restarted empty: every session's key is written again at once */
+      g_hash_table_remove_all(g->published);
+    } else {
       g_warning("fleet: Redis does not answer (%s); this node serves its own sessions, routing "
                 "to other nodes pauses until it is back", fc_error_detail(err));
+    }
     g->up = up;
     g_mutex_lock(&g->f->lock);
     g->f->redis_up = up;
@@ -130,7 +133,6 @@ static void beat(reg *g) {
   int open;
   GPtrArray *ids = local_sessions(f->srv, &open);
   int max = f->srv->p.max_sessions, room = max - open > 0 ? max - open : 0;
-  if (f->srv->closing) room = 0; /* stopping: no more offers sent here */
   char *url_q = fc_http_json_quote(f->node_url);
   char *rec = g_strdup_printf("{\"id\":\"%s\",\"url\":%s,\"max_sessions\":%d,\"sessions\":%d,"
                               "\"free\":%d,\"ts\":%lld}",
@@ -147,9 +149,9 @@ static void beat(reg *g) {
   gint64 now = g_get_monotonic_time();
   snprintf(ttl, sizeof ttl, "%d", SESSION_TTL_MS);
   GHashTable *live = g_hash_table_new(g_str_hash, g_str_equal);
-  for (guint i = 0; i < ids->len; i++) {
+  for (guint i = 0; i < ids->len; i++) g_hash_table_add(live, ids->pdata[i]);
+  for (guint i = 0; i < ids->len && g->up; i++) {
     const char *sid = ids->pdata[i];
-    g_hash_table_add(live, (gpointer)sid);
     gint64 *when = g_hash_table_lookup(g->published, sid);
     if (when && now - *when < SESSION_REFRESH_US) continue;
     char *key = g_strconcat(KEY_PREFIX "session:", sid, NULL);
