@@ -12,9 +12,9 @@
 #include "server/fleet.h"
 
 #include "facecast/error.h"
+#include "core/jsonin.h"
 #include "jobs/redis.h"
 
-#include <json-glib/json-glib.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,26 +91,47 @@ static int cmd_simple(reg *g, int argc, const char *const *argv) {
   return err;
 }
 
-/* A node's record from Redis; NULL when it does not parse as one. */
-static fc_fleet_node *parse_node(const char *s, size_t n) {
-  JsonParser *p = json_parser_new();
-  fc_fleet_node *node = NULL;
-  if (n < 4096 && json_parser_load_from_data(p, s, (gssize)n, NULL) && json_parser_get_root(p) &&
-      JSON_NODE_HOLDS_OBJECT(json_parser_get_root(p))) {
-    JsonObject *o = json_node_get_object(json_parser_get_root(p));
-    const char *id = json_object_get_string_member_with_default(o, "id", NULL);
-    const char *url = json_object_get_string_member_with_default(o, "url", NULL);
-    if (id && url && (g_str_has_prefix(url, "http://") || g_str_has_prefix(url, "https://"))) {
-      node = g_new0(fc_fleet_node, 1);
-      node->id = g_strdup(id);
-      node->url = g_strdup(url);
-      node->max_sessions = (int)json_object_get_int_member_with_default(o, "max_sessions", 0);
-      node->sessions = (int)json_object_get_int_member_with_default(o, "sessions", 0);
-      node->free_places = (int)json_object_get_int_member_with_default(o, "free", 0);
-    }
+/* A count member within 0..10,000,000, else -1. */
+static gint64 count_member(JsonObject *o, const char *name) {
+  JsonNode *m = json_object_get_member(o, name);
+  if (!m || !JSON_NODE_HOLDS_VALUE(m) || json_node_get_value_type(m) != G_TYPE_INT64) return -1;
+  gint64 v = json_node_get_int(m);
+  return v >= 0 && v <= 10000000 ? v : -1;
+}
+
+int fc_fleet_node_parse(const char *s, size_t n, fc_fleet_node **out) {
+  *out = NULL;
+  if (n > FC_FLEET_MAX_RECORD)
+    return fc_error_set(FC_EFORMAT, "fleet: a node record of %zu bytes (at most %d)", n,
+                        FC_FLEET_MAX_RECORD);
+  JsonObject *o = NULL;
+  char why[160];
+  JsonParser *p = fc_json_parse_object(s, n, 4, &o, why, sizeof why);
+  if (!p) return fc_error_set(FC_EFORMAT, "fleet: a node record %s", why);
+  const char *id = fc_json_str_member(o, "id"), *url = fc_json_str_member(o, "url");
+  gint64 max = count_member(o, "max_sessions"), open = count_member(o, "sessions"),
+         room = count_member(o, "free");
+  int err = FC_OK;
+  if (!id || !*id || strlen(id) >= sizeof(((fc_fleet *)0)->node_id) ||
+      strspn(id, "0123456789abcdef") != strlen(id))
+    err = fc_error_set(FC_EFORMAT, "fleet: a node record without a hex 'id'");
+  else if (!url || strlen(url) > 512 ||
+           !(g_str_has_prefix(url, "http://") || g_str_has_prefix(url, "https://")) ||
+           strpbrk(url, " \r\n\t"))
+    err = fc_error_set(FC_EFORMAT, "fleet: node %s's record has no http(s) 'url'", id);
+  else if (max < 0 || open < 0 || room < 0 || room > max)
+    err = fc_error_set(FC_EFORMAT, "fleet: node %s's record has bad place counts", id);
+  if (!err) {
+    fc_fleet_node *node = g_new0(fc_fleet_node, 1);
+    node->id = g_strdup(id);
+    node->url = g_strdup(url);
+    node->max_sessions = (int)max;
+    node->sessions = (int)open;
+    node->free_places = (int)room;
+    *out = node;
   }
   g_object_unref(p);
-  return node;
+  return err;
 }
 
 /* This node's places and the ids of its sessions (push sessions' ids, "0".., are the same on
@@ -197,9 +218,9 @@ static void beat(reg *g) {
       if (!failed && v->type == FC_RESP_NIL) { /* expired: a node that died without a word */
         const char *srem[] = {"SREM", KEY_PREFIX "nodes", m->str};
         failed = cmd_simple(g, 3, srem) != FC_OK;
-      } else if (!failed && v->type == FC_RESP_BULK && (n = parse_node(v->str, v->len))) {
+      } else if (!failed && v->type == FC_RESP_BULK && !fc_fleet_node_parse(v->str, v->len, &n)) {
         g_ptr_array_add(nodes, n);
-      }
+      } /* else not a record of ours: not a node to route to */
       fc_resp_free(v);
       g_free(key);
     }

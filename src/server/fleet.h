@@ -91,6 +91,11 @@ struct fc_fleet {
   uint64_t proxied_offers, proxied_requests, redirects, proxy_failures, not_routed;
 };
 
+/* A node's record as Redis holds it ({"id","url","max_sessions","sessions","free",...}): 0 with
+ * the node in *out (fc_fleet_node_free it), or FC_EFORMAT with a detail. Pure; fuzzed
+ * (tests/fuzz/fuzz_fleet.c). */
+#define FC_FLEET_MAX_RECORD 4096
+int fc_fleet_node_parse(const char *s, size_t n, fc_fleet_node **out);
 /* fleet.c → fleet_proxy.c: the lookup's answer, on the main loop (frees l). */
 void fc_fleet_lookup_done(fc_fleet_lookup *l);
 /* Copies the live nodes other than this one with a free place, most free places first

@@ -19,7 +19,7 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import api_test  # noqa: E402  (its helpers; BIN is argv[1] there too)
-from api_test import Client, check, is_error, offer_sdp, stop  # noqa: E402
+from api_test import Client, check, is_error, multipart, offer_sdp, stop, wav_bytes  # noqa: E402
 
 BIN = sys.argv[1]
 
@@ -55,10 +55,10 @@ def start_redis(tmp):
 class Node:
     """A `facecast serve --redis` node; its log kept for the checks."""
 
-    def __init__(self, redis_port, *extra):
+    def __init__(self, redis_port, *extra, port=0):
         env = dict(os.environ, FACECAST_DATA_DIR=api_test.DATA_DIR)
         self.log = []
-        self.p = subprocess.Popen([BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--quiet",
+        self.p = subprocess.Popen([BIN, "serve", "--host", "127.0.0.1", "--port", str(port), "--quiet",
                                    "--max-sessions", "1", "--redis",
                                    f"redis://127.0.0.1:{redis_port}", *extra],
                                   stderr=subprocess.PIPE, text=True, env=env)
@@ -125,20 +125,28 @@ def sse_open(port, sid):
 
 
 def main():
+    for args, what in ((["--node-url", "http://x:1"], "--node-url without --redis"),
+                       (["--fleet-redirect"], "--fleet-redirect without --redis"),
+                       (["--redis", "http://127.0.0.1:6379"], "a --redis URL that is not redis://"),
+                       (["--redis", "redis://127.0.0.1:1", "--node-url", "ftp://x/"], "a --node-url that is not http(s)")):
+        r = subprocess.run([BIN, "serve", "--port", "0", "--quiet", *args], capture_output=True, text=True, timeout=60)
+        check(r.returncode == 2 and "error" in r.stderr, f"refused at start: {what} ({r.returncode}: {r.stderr.strip()[-120:]})")
     tmp = tempfile.mkdtemp(prefix="fc_fleet_")
     redis, rport = start_redis(tmp)
     nodes = []
     try:
         a = Node(rport)
         b = Node(rport)
-        c = Node(rport, "--fleet-redirect")
+        cport = free_port()
+        c = Node(rport, "--fleet-redirect", "--node-url", f"http://localhost:{cport}/", port=cport)
         nodes += [a, b, c]
-        urls = {f"http://127.0.0.1:{n.port}" for n in nodes}
+        urls = {f"http://127.0.0.1:{a.port}", f"http://127.0.0.1:{b.port}", f"http://localhost:{cport}"}
         seen = wait_for(lambda: all({x["url"] for x in (n.fleet() or {}).get("nodes", [])} == urls
                                     for n in nodes), 10)
         check(seen, "the three nodes see each other in the registry (GET /api/fleet)")
         f = a.fleet()
         check(f and f["redis"] is True and f["node"]["url"] == f"http://127.0.0.1:{a.port}" and
+              c.fleet()["node"]["url"] == f"http://localhost:{cport}" and
               all(x["max_sessions"] == 1 and x["free"] == 1 for x in f["nodes"]),
               "each node registered with its URL and its places")
 
@@ -184,6 +192,19 @@ def main():
         check(ev and b"text/event-stream" in head, "SSE through A carries B's speech events")
         st, js, _, _ = a.c.post("/interrupt_talk", {"sessionid": sid_b})
         check(st == 200, "POST /interrupt_talk through A: 200")
+        body, ct = multipart({"file": ("a.wav", wav_bytes(0.5)), "sessionid": (None, sid_b.encode())})
+        st, js, _, _ = a.c.req("POST", "/humanaudio", body, ctype=ct)
+        check(st == 200 and js.get("code") == 0, f"POST /humanaudio (a form) through A: 200 ({st} {js})")
+        st, js, _, _ = a.c.post("/record", {"sessionid": sid_b, "type": "start_record"})
+        check(st == 200 and js.get("code") == 0, "start_record through A")
+        time.sleep(1.5)
+        st, js, _, _ = a.c.post("/record", {"sessionid": sid_b, "type": "end_record"})
+        check(st == 200 and js["data"]["url"] == f"/record/{sid_b}", "end_record through A")
+        st, _, mp4, r = a.c.req("GET", f"/record/{sid_b}")
+        st2, _, direct, _ = b.c.req("GET", f"/record/{sid_b}")
+        check(st == 200 and mp4[4:8] == b"ftyp" and mp4 == direct and
+              r.getheader("Content-Length") == str(len(mp4)) and r.getheader("Content-Type") == "video/mp4",
+              f"GET /record/{{id}} through A: B's MP4, byte for byte ({len(mp4)} bytes)")
         st, _, body, _ = a.c.req("GET", "/metrics")
         m = re.search(rb'facecast_fleet_proxied_total\{kind="session"\} (\d+)', body)
         m2 = re.search(rb'facecast_fleet_proxied_total\{kind="offer"\} (\d+)', body)
@@ -211,6 +232,14 @@ def main():
         check(st == 200 and b.sessions() == [], "DELETE /session through A closes B's session")
         st, js, _, _ = a.c.post("/human", {"sessionid": sid_b, "text": "hi", "type": "echo"})
         check(is_error(st, js, 404), "the deleted session: 404 through A")
+        wait_for(lambda: any(x["free"] == 1 for x in a.fleet()["nodes"]), 5)
+        st, _, body, r = a.c.req("POST", "/whep", offer_sdp(), ctype="application/sdp")
+        loc = r.getheader("Location") or ""
+        sid_w = loc.rsplit("/", 1)[-1]
+        check(st == 201 and loc.startswith("/whep/") and body.startswith(b"v=0") and b.sessions() == [sid_w],
+              f"WHEP to full A: B's 201, Location and SDP answer ({st} {loc})")
+        st, js, _, _ = a.c.req("DELETE", loc)
+        check(st == 200 and b.sessions() == [], "DELETE /whep/{id} through A ends it on B")
         wait_for(lambda: any(x["free"] == 1 for x in a.fleet()["nodes"]), 5)
         st, js, _, _ = offer(a)
         sid_b2 = js.get("sessionid") if isinstance(js, dict) else None
@@ -252,7 +281,17 @@ def main():
         check(is_error(st, js, 503), "Redis down, A full: offer → 503 JSON")
         outage = [l for l in a.log if "Redis does not answer" in l]
         check(len(outage) == 1, f"the outage is logged once ({len(outage)} lines)")
-        check(stop(a.p) == 0, "A stops cleanly with Redis down")
+        # Redis back (empty, as after a restart without persistence): A registers again
+        redis = subprocess.Popen([shutil.which("redis-server"), "--port", str(rport), "--bind", "127.0.0.1",
+                                  "--save", "", "--appendonly", "no", "--dir", tmp],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        back = wait_for(lambda: (a.fleet() or {}).get("redis") and
+                        [x["url"] for x in a.fleet()["nodes"]] == [f"http://127.0.0.1:{a.port}"], 10)
+        check(back, "Redis back: A registers again and sees itself")
+        st, js, _, _ = a.c.post("/human", {"sessionid": nope, "text": "hi", "type": "echo"})
+        check(is_error(st, js, 404), "Redis back: an unknown session is 404 again")
+        check(len([l for l in a.log if "Redis answers again" in l]) == 1, "the recovery is logged once")
+        check(stop(a.p) == 0, "A stops cleanly")
     finally:
         for n in nodes:
             if n.p.poll() is None:
