@@ -134,17 +134,18 @@ int fc_fleet_node_parse(const char *s, size_t n, fc_fleet_node **out) {
   return err;
 }
 
-/* This node's places and the ids of its sessions (push sessions' ids, "0".., are the same on
- * every node: they are never published, and always answered where they are asked). */
+/* This node's places and the ids of its sessions. Push sessions' ids ("0", "1"..) are the same
+ * on every node: they are never published, and always answered where they are asked. They are
+ * told by their short ids (their `push` flag is set after they enter the table). */
 static GPtrArray *local_sessions(fc_server *srv, int *open) {
   GPtrArray *ids = g_ptr_array_new_with_free_func(g_free);
   g_mutex_lock(&srv->lock);
   *open = (int)g_hash_table_size(srv->sessions);
   GHashTableIter it;
-  gpointer k, v;
+  gpointer k;
   g_hash_table_iter_init(&it, srv->sessions);
-  while (g_hash_table_iter_next(&it, &k, &v))
-    if (!((fc_session *)v)->push) g_ptr_array_add(ids, g_strdup(k));
+  while (g_hash_table_iter_next(&it, &k, NULL))
+    if (strlen(k) >= 16) g_ptr_array_add(ids, g_strdup(k)); /* a random UUID */
   g_mutex_unlock(&srv->lock);
   return ids;
 }
