@@ -13,6 +13,7 @@
 
 #include "facecast/error.h"
 #include "core/jsonin.h"
+#include "core/tsan.h"
 #include "jobs/redis.h"
 
 #include <stdio.h>
@@ -44,6 +45,7 @@ void fc_fleet_kick(fc_fleet *f) {
 }
 
 void fc_fleet_lookup_queue(fc_fleet *f, fc_fleet_lookup *l) {
+  FC_TSAN_RELEASE(l); /* GAsyncQueue's hand-off is invisible to ThreadSanitizer */
   g_async_queue_push(f->ops, l);
 }
 
@@ -297,6 +299,7 @@ static gpointer registry_main(gpointer data) {
     gpointer op = now >= next ? NULL : g_async_queue_timeout_pop(f->ops, (guint64)(next - now));
     if (op == &op_stop) break;
     if (op && op != &op_kick) {
+      FC_TSAN_ACQUIRE(op);
       lookup(&g, op);
       continue;
     }
@@ -307,6 +310,7 @@ static gpointer registry_main(gpointer data) {
   /* lookups queued behind the stop are answered as "Redis unknown" */
   for (gpointer op; (op = g_async_queue_try_pop(f->ops));)
     if (op != &op_kick && op != &op_stop) {
+      FC_TSAN_ACQUIRE(op);
       GSource *src = g_idle_source_new();
       g_source_set_callback(src, lookup_done_cb, op, NULL);
       g_source_attach(src, f->srv->ctx);

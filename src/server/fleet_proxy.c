@@ -173,6 +173,14 @@ static void learn_placement(proxy *p, guint status) {
     if (jp) g_object_unref(jp);
   }
   if (sid && strlen(sid) < 64) {
+    if (g_hash_table_size(p->f->owners) >= 4096) { /* a busy node: the stale ones go */
+      GHashTableIter it;
+      gpointer v;
+      gint64 now = g_get_monotonic_time();
+      g_hash_table_iter_init(&it, p->f->owners);
+      while (g_hash_table_iter_next(&it, NULL, &v))
+        if (((owner_hint *)v)->until < now) g_hash_table_iter_remove(&it);
+    }
     owner_hint *h = g_new0(owner_hint, 1);
     g_strlcpy(h->node, p->target->id, sizeof h->node);
     h->until = g_get_monotonic_time() + HINT_US;
