@@ -387,7 +387,7 @@ int fc_fleet_start(fc_fleet *f) {
   }
   if ((n = strlen(f->node_url)) && f->node_url[n - 1] == '/') f->node_url[n - 1] = 0;
   f->thread = g_thread_new("fleet", registry_main, f);
-  g_message("fleet: node %s at %s, registry %s", f->node_id, f->node_url, "in Redis");
+  g_message("fleet: node %s at %s, registering in Redis", f->node_id, f->node_url);
   return FC_OK;
 }
 

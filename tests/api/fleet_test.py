@@ -24,6 +24,19 @@ from api_test import Client, check, is_error, multipart, offer_sdp, stop, wav_by
 BIN = sys.argv[1]
 
 
+def redis_cmd(port, *args):
+    """One command to the test's redis-server (RESP by hand): the raw reply."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    out = f"*{len(args)}\r\n".encode()
+    for a in args:
+        a = a.encode() if isinstance(a, str) else a
+        out += f"${len(a)}\r\n".encode() + a + b"\r\n"
+    s.sendall(out)
+    reply = s.recv(65536)
+    s.close()
+    return reply
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -163,18 +176,32 @@ def main():
               f"C full, --fleet-redirect: 307 to a node with room ({st} {loc})")
         check(c.sessions() == [sid_c], "the redirected offer made no session on C")
 
-        # proxied offers: A full → B, and B's answer comes back through A
+        # proxied offers: A full → B, and B's answer comes back through A. A node that claims
+        # the most room but does not answer (a record put in Redis by the test, its port
+        # closed) is tried first and skipped; a mangled record is not routed to at all.
         st, js, _, _ = offer(a)
         sid_a = js.get("sessionid") if js else None
         check(st == 200 and a.sessions() == [sid_a], "first offer to A: the session is on A")
+        ghost = "ffffffff00000001"
+        redis_cmd(rport, "SET", f"facecast:fleet:node:{ghost}",
+                  '{"id":"%s","url":"http://127.0.0.1:%d","max_sessions":100,"sessions":0,"free":100}'
+                  % (ghost, free_port()), "PX", "60000")
+        redis_cmd(rport, "SET", "facecast:fleet:node:ffffffff00000002", '{"id":"nope", "url": 5}', "PX", "60000")
+        redis_cmd(rport, "SADD", "facecast:fleet:nodes", ghost, "ffffffff00000002")
+        seen = wait_for(lambda: any(x["id"] == ghost for x in a.fleet()["nodes"]), 5)
+        check(seen and not any(x["id"] == "ffffffff00000002" for x in a.fleet()["nodes"]),
+              "a node record in Redis is read; a mangled one is ignored")
         st, js, raw, r = offer(a)
         sid_b = js.get("sessionid") if isinstance(js, dict) else None
         check(st == 200 and js.get("type") == "answer" and "v=0" in js.get("sdp", "") and sid_b,
-              "A full: the second offer to A is answered (200, an SDP answer)")
+              "A full: the second offer to A is answered (200, an SDP answer), past the node that does not answer")
         check(sid_b and b.sessions() == [sid_b] and a.sessions() == [sid_a],
               "that session lives on B, not on A")
         check(r.getheader("Content-Type", "").startswith("application/json"),
               "the proxied answer keeps its Content-Type")
+        redis_cmd(rport, "DEL", f"facecast:fleet:node:{ghost}", "facecast:fleet:node:ffffffff00000002")
+        gone = wait_for(lambda: not any(x["id"] == ghost for x in a.fleet()["nodes"]), 5)
+        check(gone, "records gone from Redis leave the registry")
 
         # session requests through A reach B: SSE, speech, is_speaking
         s, got = sse_open(a.port, sid_b)
