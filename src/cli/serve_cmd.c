@@ -220,8 +220,8 @@ int fc_cmd_serve(int argc, char **argv) {
                                        {"ice-tcp", required_argument, 0, 1201},
                                        /* fleet (src/server/fleet.h) */
                                        {"redis", required_argument, 0, 1300},
-                                       {"node-url", required_argument, 0, 1301},
-                                       {"fleet-redirect", no_argument, 0, 1302},
+                                       {"node-url", required_argument, 0, 1320},
+                                       {"fleet-redirect", no_argument, 0, 1321},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   fc_server_params p = fc_server_params_default();
@@ -364,8 +364,8 @@ int fc_cmd_serve(int argc, char **argv) {
       break;
     /* fleet (src/server/fleet.h); --redis is shared with the job queue */
     case 1300: p.redis_url = optarg; break;
-    case 1301: p.node_url = optarg; break;
-    case 1302: p.fleet_redirect = 1; break;
+    case 1320: p.node_url = optarg; break;
+    case 1321: p.fleet_redirect = 1; break;
     case 'h': serve_usage(stdout); return FC_EXIT_OK;
     default:
       fprintf(stderr, "facecast: error: serve: unknown or incomplete option '%s'\n",
