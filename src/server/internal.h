@@ -125,6 +125,7 @@ typedef struct fc_server {
   GThreadPool *say_workers; /* with a TTS service, FC_JOB_SAY runs here: its threads wait on
                              * the network for whole sentences, the compute pool must not */
   struct fc_keys *keys;   /* --api-keys: control routes want a key; NULL: open server */
+  struct fc_fleet *fleet; /* fleet.h: --redis, the sessions of several nodes; NULL: one node */
   struct fc_push_out *push; /* push.c: the push transport's sessions "0".. (n_push of them) */
   int n_push;
   GMutex lock;            /* sessions table */
@@ -132,7 +133,6 @@ typedef struct fc_server {
   GHashTable *recordings; /* session id → fc_recording: its last finished one (main loop) */
   GThreadPool *workers;
 
-  struct fc_fleet *fleet; /* fleet.h: --redis, the sessions of several nodes; NULL: one node */
   struct fc_avatar_tasks *avatar_tasks; /* src/jobs/avatars.c */
   struct fc_tasks *render_tasks;       /* src/jobs/renders.c (jobs/tasks.h) */
 
