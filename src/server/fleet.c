@@ -11,9 +11,9 @@
  * record expired are removed from it by whichever node reads them first. */
 #include "server/fleet.h"
 
-#include "facecast/error.h"
 #include "core/jsonin.h"
 #include "core/tsan.h"
+#include "facecast/error.h"
 #include "jobs/redis.h"
 
 #include <stdio.h>
@@ -26,7 +26,7 @@
 #define BEAT_MS 1000         /* how often a node says it lives */
 #define SESSION_TTL_MS 30000 /* a session key outlives its node this long (502, not 404) */
 #define SESSION_REFRESH_US (10 * G_USEC_PER_SEC)
-#define MAX_NODES 1024       /* records read per beat: a registry this large is someone else's */
+#define MAX_NODES 1024 /* records read per beat: a registry this large is someone else's */
 
 /* Markers on the thread's queue besides lookups. */
 static char op_kick, op_stop;
@@ -70,7 +70,8 @@ static int cmd(reg *g, fc_resp **rep, int argc, const char *const *argv) {
       g_hash_table_remove_all(g->published);
     } else {
       g_warning("fleet: Redis does not answer (%s); this node serves its own sessions, routing "
-                "to other nodes pauses until it is back", fc_error_detail(err));
+                "to other nodes pauses until it is back",
+                fc_error_detail(err));
     }
     g->up = up;
     g_mutex_lock(&g->f->lock);
@@ -158,10 +159,10 @@ static void beat(reg *g) {
   GPtrArray *ids = local_sessions(f->srv, &open);
   int max = f->srv->p.max_sessions, room = max - open > 0 ? max - open : 0;
   char *url_q = fc_http_json_quote(f->node_url);
-  char *rec = g_strdup_printf("{\"id\":\"%s\",\"url\":%s,\"max_sessions\":%d,\"sessions\":%d,"
-                              "\"free\":%d,\"ts\":%lld}",
-                              f->node_id, url_q, max, open, room,
-                              (long long)(g_get_real_time() / 1000));
+  char *rec =
+      g_strdup_printf("{\"id\":\"%s\",\"url\":%s,\"max_sessions\":%d,\"sessions\":%d,"
+                      "\"free\":%d,\"ts\":%lld}",
+                      f->node_id, url_q, max, open, room, (long long)(g_get_real_time() / 1000));
   g_free(url_q);
   char ttl[16];
   snprintf(ttl, sizeof ttl, "%d", NODE_TTL_MS);
@@ -203,31 +204,46 @@ static void beat(reg *g) {
   }
   g_hash_table_destroy(live);
 
-  /* the fleet as it stands: every registered node's record */
-  fc_resp *members = NULL;
+  /* the fleet as it stands: every registered node's record, in one MGET */
+  fc_resp *members = NULL, *recs = NULL;
   const char *smembers[] = {"SMEMBERS", KEY_PREFIX "nodes"};
   if (cmd(g, &members, 2, smembers)) goto out;
   GPtrArray *nodes = g_ptr_array_new_with_free_func(fc_fleet_node_free);
-  int failed = 0;
-  if (members->type == FC_RESP_ARRAY || members->type == FC_RESP_SET) {
-    for (size_t i = 0; i < members->n && i < MAX_NODES && !failed; i++) {
+  GPtrArray *ids_of = g_ptr_array_new(); /* members' ids, borrowed from the reply */
+  GPtrArray *argv = g_ptr_array_new_with_free_func(g_free);
+  g_ptr_array_add(argv, g_strdup("MGET"));
+  if (members->type == FC_RESP_ARRAY || members->type == FC_RESP_SET)
+    for (size_t i = 0; i < members->n && ids_of->len < MAX_NODES; i++) {
       const fc_resp *m = &members->elem[i];
-      if (m->type != FC_RESP_BULK && m->type != FC_RESP_STRING) continue;
-      char *key = g_strconcat(KEY_PREFIX "node:", m->str, NULL);
-      const char *get[] = {"GET", key};
-      fc_resp *v = NULL;
-      failed = cmd(g, &v, 2, get) != FC_OK;
-      fc_fleet_node *n = NULL;
-      if (!failed && v->type == FC_RESP_NIL) { /* expired: a node that died without a word */
-        const char *srem[] = {"SREM", KEY_PREFIX "nodes", m->str};
-        failed = cmd_simple(g, 3, srem) != FC_OK;
-      } else if (!failed && v->type == FC_RESP_BULK && !fc_fleet_node_parse(v->str, v->len, &n)) {
-        g_ptr_array_add(nodes, n);
-      } /* else not a record of ours: not a node to route to */
-      fc_resp_free(v);
-      g_free(key);
+      if ((m->type != FC_RESP_BULK && m->type != FC_RESP_STRING) || memchr(m->str, 0, m->len))
+        continue;
+      g_ptr_array_add(ids_of, (gpointer)m->str);
+      g_ptr_array_add(argv, g_strconcat(KEY_PREFIX "node:", m->str, NULL));
     }
+  int failed = 0;
+  if (ids_of->len) {
+    failed = cmd(g, &recs, (int)argv->len, (const char *const *)argv->pdata) != FC_OK;
+    if (!failed && (recs->type != FC_RESP_ARRAY || recs->n != ids_of->len)) failed = 1;
+    /* ids whose record expired (a node that died without a word) leave the index, in one SREM */
+    GPtrArray *srem = g_ptr_array_new();
+    g_ptr_array_add(srem, (gpointer) "SREM");
+    g_ptr_array_add(srem, (gpointer)(KEY_PREFIX "nodes"));
+    for (guint i = 0; !failed && i < ids_of->len; i++) {
+      const fc_resp *v = &recs->elem[i];
+      fc_fleet_node *n = NULL;
+      if (v->type == FC_RESP_NIL)
+        g_ptr_array_add(srem, ids_of->pdata[i]);
+      else if (v->type == FC_RESP_BULK && !fc_fleet_node_parse(v->str, v->len, &n))
+        g_ptr_array_add(nodes, n);
+      /* else not a record of ours: not a node to route to */
+    }
+    if (!failed && srem->len > 2)
+      failed = cmd_simple(g, (int)srem->len, (const char *const *)srem->pdata) != FC_OK;
+    g_ptr_array_free(srem, TRUE);
   }
+  fc_resp_free(recs);
+  g_ptr_array_free(ids_of, TRUE);
+  g_ptr_array_unref(argv);
   fc_resp_free(members);
   if (!failed) {
     g_mutex_lock(&f->lock);
@@ -327,13 +343,17 @@ static gpointer registry_main(gpointer data) {
 
 static int check_node_url(const char *url) {
   GUri *u = g_uri_parse(url, G_URI_FLAGS_NONE, NULL);
-  int ok = u && (!g_strcmp0(g_uri_get_scheme(u), "http") || !g_strcmp0(g_uri_get_scheme(u), "https")) &&
-           g_uri_get_host(u) && *g_uri_get_host(u) && (!*g_uri_get_path(u) || !strcmp(g_uri_get_path(u), "/")) &&
-           !g_uri_get_query(u) && !g_uri_get_userinfo(u);
+  int ok = u &&
+           (!g_strcmp0(g_uri_get_scheme(u), "http") || !g_strcmp0(g_uri_get_scheme(u), "https")) &&
+           g_uri_get_host(u) && *g_uri_get_host(u) &&
+           (!*g_uri_get_path(u) || !strcmp(g_uri_get_path(u), "/")) && !g_uri_get_query(u) &&
+           !g_uri_get_userinfo(u);
   if (u) g_uri_unref(u);
   return ok ? FC_OK
-            : fc_error_set(FC_EINVAL, "--node-url '%s': expected http(s)://HOST:PORT, the address "
-                                      "other nodes and clients reach this node at", url);
+            : fc_error_set(FC_EINVAL,
+                           "--node-url '%s': expected http(s)://HOST:PORT, the address "
+                           "other nodes and clients reach this node at",
+                           url);
 }
 
 fc_fleet *fc_fleet_create(fc_server *srv, int *err) {

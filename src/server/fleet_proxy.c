@@ -639,7 +639,8 @@ void fc_fleet_metrics(fc_fleet *f, GString *o) {
   if (!f) return;
   g_mutex_lock(&f->lock);
   int up = f->redis_up, nodes = (int)f->nodes->len, room = 0;
-  for (guint i = 0; i < f->nodes->len; i++) room += ((fc_fleet_node *)f->nodes->pdata[i])->free_places;
+  for (guint i = 0; i < f->nodes->len; i++)
+    room += ((fc_fleet_node *)f->nodes->pdata[i])->free_places;
   uint64_t errors = f->redis_errors;
   g_mutex_unlock(&f->lock);
   g_string_append_printf(
