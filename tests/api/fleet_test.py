@@ -272,6 +272,11 @@ def main():
         sid_b2 = js.get("sessionid") if isinstance(js, dict) else None
         check(st == 200 and b.sessions() == [sid_b2], "the freed place on B takes A's next offer")
 
+        # the admin API's stop, through A, for C's session
+        st, js, _, _ = a.c.post(f"/api/admin/sessions/{sid_c}/stop", None)
+        check(st == 200 and js["data"]["closed"] is True and c.sessions() == [],
+              f"POST /api/admin/sessions/{{id}}/stop through A closes C's session ({st})")
+
         # SIGTERM: C deregisters at once (well before its 5 s TTL)
         t0 = time.time()
         check(stop(c.p) == 0, "C stops cleanly on SIGTERM")
@@ -315,6 +320,8 @@ def main():
         back = wait_for(lambda: (a.fleet() or {}).get("redis") and
                         [x["url"] for x in a.fleet()["nodes"]] == [f"http://127.0.0.1:{a.port}"], 10)
         check(back, "Redis back: A registers again and sees itself")
+        key = redis_cmd(rport, "GET", f"facecast:fleet:session:{sid_a}")
+        check(a.fleet()["node"]["id"].encode() in key, f"Redis back: A's session key is written again ({key!r})")
         st, js, _, _ = a.c.post("/human", {"sessionid": nope, "text": "hi", "type": "echo"})
         check(is_error(st, js, 404), "Redis back: an unknown session is 404 again")
         check(len([l for l in a.log if "Redis answers again" in l]) == 1, "the recovery is logged once")
