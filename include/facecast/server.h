@@ -87,6 +87,13 @@ typedef struct fc_server_params {
   int asr_timeout_s;       /* 0 = 15 */
   int barge_in;            /* user speech stops the avatar (1, the default) or not (0) */
   int vad_hangover_ms;     /* silence that ends a spoken turn; 0 = 500 */
+  /* Live sessions across machines (src/server/fleet.h): nodes register in Redis; a full
+   * node's offers go to a node with room, requests follow their session to its node. */
+  const char *redis_url;   /* redis://[[user]:password@]host[:port][/db]; NULL = one node */
+  const char *node_url;    /* http(s)://HOST:PORT others reach this node at; NULL = derived
+                            * from the listen address (this machine's name on 0.0.0.0) */
+  int fleet_redirect;      /* a full node answers an offer 307 to a node with room instead of
+                            * proxying it */
   int solo_batches;        /* benchmarks: no cross-session batching — each session runs its own
                             * batches of 16 frames, one backend call at a time (LiveTalking's
                             * design), instead of the device scheduler */

@@ -31,6 +31,8 @@ static void serve_usage(FILE *f) {
         "                      [--transport webrtc|rtmp|rtcpush] [--push-url URL]\n"
         "                      [--config FILE] [--quiet]\n"
         "                      [--ice-ports MIN-MAX] [--ice-tcp on|off]\n"
+        /* fleet (src/server/fleet.h) */
+        "                      [--redis URL [--node-url http://HOST:PORT] [--fleet-redirect]]\n"
         "\n"
         "Open http://HOST:PORT/ in a browser, press Connect and type a sentence.\n"
         "Chat (/human type=chat) needs an OpenAI-compatible LLM: --llm-url (default\n"
@@ -75,7 +77,14 @@ static void serve_usage(FILE *f) {
         "port of that range (UDP, and TCP with --ice-tcp on, the default): open the range.\n"
         "--turn turn://USER:PASS@HOST:PORT relays through a TURN server (coturn); with\n"
         "$TURN_SECRET (coturn's static-auth-secret) give turn://HOST:PORT and every client\n"
-        "gets time-limited credentials. Browsers get the servers from GET /api/ice-servers.\n",
+        "gets time-limited credentials. Browsers get the servers from GET /api/ice-servers.\n"
+        /* fleet (src/server/fleet.h) */
+        "Several machines, one URL: --redis redis://HOST:6379 registers this node and its free\n"
+        "places in Redis (a heartbeat; gone 5 s after it stops); when every --max-sessions\n"
+        "place is taken, /offer and WHEP go to the node with the most room (proxied; with\n"
+        "--fleet-redirect answered 307 to it), and a request for a session another node holds\n"
+        "is proxied there. --node-url: where the others reach this node (default: this\n"
+        "machine's name, or --host, and the port). GET /api/fleet shows the fleet.\n",
         f);
 }
 
@@ -209,6 +218,10 @@ int fc_cmd_serve(int argc, char **argv) {
                                        {"push-url", required_argument, 0, 1047},
                                        {"ice-ports", required_argument, 0, 1200},
                                        {"ice-tcp", required_argument, 0, 1201},
+                                       /* fleet (src/server/fleet.h) */
+                                       {"redis", required_argument, 0, 1300},
+                                       {"node-url", required_argument, 0, 1320},
+                                       {"fleet-redirect", no_argument, 0, 1321},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   fc_server_params p = fc_server_params_default();
@@ -349,6 +362,10 @@ int fc_cmd_serve(int argc, char **argv) {
         return fc_cli_fail(fc_error_set(FC_EINVAL, "--ice-tcp '%s': expected on or off", optarg));
       p.ice_no_tcp = !strcmp(optarg, "off");
       break;
+    /* fleet (src/server/fleet.h); --redis is shared with the job queue */
+    case 1300: p.redis_url = optarg; break;
+    case 1320: p.node_url = optarg; break;
+    case 1321: p.fleet_redirect = 1; break;
     case 'h': serve_usage(stdout); return FC_EXIT_OK;
     default:
       fprintf(stderr, "facecast: error: serve: unknown or incomplete option '%s'\n",

@@ -13,6 +13,7 @@
 #include "facecast/error.h"
 #include "server/internal.h"
 #include "core/jsonin.h"
+#include "server/fleet.h"
 #include "server/keys.h"
 #include "server/listener.h"
 #include "server/multipart.h"
@@ -441,6 +442,6 @@ void fc_http_early_page(SoupServer *server, SoupServerMessage *msg, const char *
 
 void fc_http_route(fc_server *srv, const char *path, SoupServerCallback cb) {
   soup_server_add_early_handler(srv->soup, path, fc_http_early_api, srv, NULL);
-  soup_server_add_handler(srv->soup, path, cb, srv, NULL);
+  fc_fleet_add_handler(srv, path, cb); /* fleet.h: a session's route may be sent on */
 }
 

@@ -128,6 +128,7 @@ typedef struct fc_server {
   GThreadPool *say_workers; /* with a TTS service, FC_JOB_SAY runs here: its threads wait on
                              * the network for whole sentences, the compute pool must not */
   struct fc_keys *keys;   /* --api-keys: control routes want a key; NULL: open server */
+  struct fc_fleet *fleet; /* fleet.h: --redis, the sessions of several nodes; NULL: one node */
   struct fc_push_out *push; /* push.c: the push transport's sessions "0".. (n_push of them) */
   int n_push;
   GMutex lock;            /* sessions table */

@@ -4,6 +4,7 @@
  * pacer, their only writer, stores them atomically (FC_STAT_SET), so a read sees an old or a
  * new value, never a torn one. */
 #include "server/internal.h"
+#include "server/fleet.h"
 #include "server/listener.h"
 
 #include <malloc.h>
@@ -147,6 +148,7 @@ void fc_metrics_render(fc_server *srv, GString *o, const char *owner) {
   g_string_append_printf(o, "facecast_sessions_max %d\n", srv->p.max_sessions);
   counter(o, "facecast_sessions_created_total", "Sessions opened.", created);
   counter(o, "facecast_sessions_rejected_total", "Sessions refused: all places in use.", rejected);
+  fc_fleet_metrics(srv->fleet, o); /* the other nodes' places, requests routed to them */
   counter(o, "facecast_infer_frames_total", "Frames produced by lip-sync.", infer);
   counter(o, "facecast_final_frames_total", "Frames sent to outputs.", frames_out);
   counter(o, "facecast_idle_frames_total", "Frames sent while the session was not speaking.",

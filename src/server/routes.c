@@ -3,6 +3,7 @@
  * routes_session.c, routes_speech.c and src/jobs/. */
 #include "facecast/error.h"
 #include "server/internal.h"
+#include "server/fleet.h"
 #include "server/listen.h"
 #include "speech/voice.h"
 #include "converse/asr.h"
@@ -110,7 +111,7 @@ void fc_http_register(fc_server *srv) {
   for (size_t i = 0; i < G_N_ELEMENTS(routes); i++) {
     soup_server_add_early_handler(s, routes[i].path, routes[i].api ? fc_http_early_api : fc_http_early_page, srv,
                                   NULL);
-    soup_server_add_handler(s, routes[i].path, routes[i].cb, srv, NULL);
+    fc_fleet_add_handler(srv, routes[i].path, routes[i].cb); /* fleet.h: maybe routed on */
   }
   soup_server_add_early_handler(s, "/ws/audio", fc_http_early_api, srv, NULL);
   soup_server_add_websocket_handler(s, "/ws/audio", NULL, NULL, fc_route_ws_audio, srv, NULL);
@@ -123,4 +124,5 @@ void fc_http_register(fc_server *srv) {
   fc_avatar_tasks_register(srv);
   fc_render_tasks_register(srv);
   fc_admin_register(srv);
+  fc_fleet_register(srv);
 }

@@ -4,6 +4,7 @@
 #include "core/file.h"
 #include "core/stale.h"
 #include "server/internal.h"
+#include "server/fleet.h"
 #include "server/listen.h"
 #include "speech/voice.h"
 #include "server/keys.h"
@@ -238,6 +239,7 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
     if ((*err = bad)) goto fail;
   }
   srv->soup = soup_server_new("server-header", "facecast", NULL);
+  if (!(srv->fleet = fc_fleet_create(srv, err)) && *err) goto fail;
   fc_http_register(srv);
   fc_listener_params lp = {.host = srv->p.host,
                            .port = srv->p.port,
@@ -251,6 +253,7 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
   if (!(srv->listener = fc_listener_create(srv->soup, &lp, err))) goto fail;
   srv->port = fc_listener_port(srv->listener);
 
+  if ((*err = fc_fleet_start(srv->fleet))) goto fail; /* registers the node with its port */
   if ((*err = fc_pacer_start(srv))) goto fail;
   if ((*err = fc_push_start(srv))) goto fail; /* sessions "0".. with --transport rtmp|rtcpush */
   if (srv->keys)
@@ -308,6 +311,10 @@ void fc_server_destroy(fc_server *srv) {
     fc_session_unref(v);
   }
   fc_push_stop(srv); /* closed above with the others */
+  /* deregistered (its sessions' keys deleted) and its proxies answered while the HTTP side is
+   * still there */
+  fc_fleet_destroy(srv->fleet);
+  srv->fleet = NULL;
   if (srv->soup) soup_server_disconnect(srv->soup);
   if (srv->say_workers) g_thread_pool_free(srv->say_workers, FALSE, TRUE); /* cancelled */
   if (srv->listen_workers) g_thread_pool_free(srv->listen_workers, FALSE, TRUE);

@@ -2,6 +2,7 @@
 #include "facecast/error.h"
 #include "compose/compose.h"
 #include "server/internal.h"
+#include "server/fleet.h"
 #include "server/listen.h"
 
 #include <malloc.h>
@@ -149,6 +150,7 @@ fc_session *fc_session_new_id(fc_server *srv, fc_avatar *av, const char *owner, 
   s->serial = ++srv->sessions_created;
   s->opened_us = g_get_monotonic_time();
   g_mutex_unlock(&srv->lock);
+  fc_fleet_kick(srv->fleet); /* other nodes learn where it is now, not at the next beat */
   return s;
 fail:
   fc_session_unref(s);
@@ -463,6 +465,7 @@ void fc_session_close(fc_session *s, const char *why) {
   }
   g_mutex_unlock(&srv->lock);
   if (!owned) return; /* closed already */
+  fc_fleet_kick(srv->fleet); /* its place is free again, its key goes */
   fc_session_ref(s);  /* keep it alive through this function */
   /* Atomic, read without locks by pacers and producers; not under the stream lock, which a
    * worker may hold for a whole lip-sync batch while this runs on the main loop. */
