@@ -117,7 +117,6 @@ static void sweep_leftovers(void) {
 fc_server *fc_server_create(const fc_server_params *p, int *err) {
   fc_server *srv = g_new0(fc_server, 1);
   srv->record_lock = -1;
-  sweep_leftovers();
   srv->p = p ? *p : fc_server_params_default();
   if (srv->p.max_sessions <= 0) srv->p.max_sessions = 5;
   if (srv->p.opus_complexity < 0 || srv->p.opus_complexity > 10) {
@@ -133,6 +132,7 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
     g_free(srv);
     return NULL;
   }
+  sweep_leftovers(); /* after the checks: a refused start stays one line */
   if (srv->p.width <= 0) srv->p.width = 512, srv->p.height = 512;
   g_mutex_init(&srv->lock);
   g_mutex_init(&srv->asr_lock);
