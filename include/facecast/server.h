@@ -54,6 +54,8 @@ typedef struct fc_server_params {
   const char *api_keys;    /* keys file (facecast keys add): control routes want
                             * "Authorization: Bearer KEY", sessions belong to their key;
                             * NULL = an open server (said at start-up) */
+  const char *webhook_secret; /* signs notifications (X-Facecast-Signature; src/jobs/webhook.h);
+                              * never logged; NULL = unsigned */
   const char *media_dirs;  /* ':'-separated folders whose files avatar tasks may name by path
                             * (video_path/image_path); NULL = uploads only */
   int metrics_session_ids; /* label /metrics' per-session series with the session id (a

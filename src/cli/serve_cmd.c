@@ -21,6 +21,7 @@ static void serve_usage(FILE *f) {
         "                      [--header-timeout S] [--body-timeout S] [--idle-timeout S]\n"
         "                      [--write-timeout S]\n"
         "                      [--api-keys FILE] [--media-dir DIR[:DIR...]] [--metrics-session-ids]\n"
+        "                      [--webhook-secret-file FILE]\n"
         "                      [--llm-url URL] [--llm-model NAME] [--llm-system TEXT]\n"
         "                      [--llm-timeout S] [--tts PROVIDER] [--tts-url URL]\n"
         "                      [--tts-voice NAME] [--tts-model NAME] [--tts-ref-audio PATH]\n"
@@ -71,6 +72,8 @@ static void serve_usage(FILE *f) {
         "stun:HOST:PORT, -c, --fps 25); -l/-m/-r, --batch_size, --modelres and\n"
         "--audio_output_device are accepted and have no effect; --model wav2lip without\n"
         "--checkpoint loads models/wav2lip.pth when it exists.\n"
+        "--webhook-secret-file FILE: sign notifications (notifyurl) with HMAC-SHA256 of this\n"
+        "secret (X-Facecast-Signature; else $FACECAST_WEBHOOK_SECRET; see README \"Webhooks\").\n"
         "WebRTC behind firewalls: --ice-ports 50000-50100 keeps each session's media on one\n"
         "port of that range (UDP, and TCP with --ice-tcp on, the default): open the range.\n"
         "--turn turn://USER:PASS@HOST:PORT relays through a TURN server (coturn); with\n"
@@ -209,11 +212,12 @@ int fc_cmd_serve(int argc, char **argv) {
                                        {"push-url", required_argument, 0, 1047},
                                        {"ice-ports", required_argument, 0, 1200},
                                        {"ice-tcp", required_argument, 0, 1201},
+                                       {"webhook-secret-file", required_argument, 0, 1202},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   fc_server_params p = fc_server_params_default();
   int c, err, unused = 0, ignored;
-  const char *ref_file = NULL, *env_file = NULL, *tts_server = NULL;
+  const char *ref_file = NULL, *env_file = NULL, *tts_server = NULL, *webhook_secret_file = NULL;
   /* the options point into it for the server's whole life: kept until exit */
   static GPtrArray *keep;
   if ((err = fc_cli_with_config(argc, argv, opts, &argc, &argv, &keep))) return fc_cli_fail(err);
@@ -349,6 +353,7 @@ int fc_cmd_serve(int argc, char **argv) {
         return fc_cli_fail(fc_error_set(FC_EINVAL, "--ice-tcp '%s': expected on or off", optarg));
       p.ice_no_tcp = !strcmp(optarg, "off");
       break;
+    case 1202: webhook_secret_file = optarg; break;
     case 'h': serve_usage(stdout); return FC_EXIT_OK;
     default:
       fprintf(stderr, "facecast: error: serve: unknown or incomplete option '%s'\n",
@@ -374,6 +379,22 @@ int fc_cmd_serve(int argc, char **argv) {
   else if (p.asr && !g_ascii_strcasecmp(p.asr, "openai")) p.asr_key = env_key;
   /* coturn's shared secret: time-limited TURN credentials per client (never a flag) */
   if (getenv("TURN_SECRET") && *getenv("TURN_SECRET")) p.turn_secret = getenv("TURN_SECRET");
+  /* Webhooks' signing secret: a file (its first line) or $FACECAST_WEBHOOK_SECRET; never printed */
+  if (webhook_secret_file) {
+    static char *secret; /* the server's whole life */
+    GError *e = NULL;
+    if (!g_file_get_contents(webhook_secret_file, &secret, NULL, &e)) {
+      err = fc_error_set(FC_EIO, "--webhook-secret-file: %s", e->message);
+      g_error_free(e);
+      return fc_cli_fail(err);
+    }
+    secret[strcspn(secret, "\r\n")] = 0;
+    if (!*secret)
+      return fc_cli_fail(fc_error_set(FC_EINVAL, "--webhook-secret-file %s: empty", webhook_secret_file));
+    p.webhook_secret = secret;
+  } else if (getenv("FACECAST_WEBHOOK_SECRET") && *getenv("FACECAST_WEBHOOK_SECRET")) {
+    p.webhook_secret = getenv("FACECAST_WEBHOOK_SECRET");
+  }
   const char *tts_key = getenv("TTS_API_KEY");
   if (tts_key && *tts_key) p.tts_key = tts_key;
   else if (p.tts && !g_ascii_strcasecmp(p.tts, "openai")) p.tts_key = env_key;
