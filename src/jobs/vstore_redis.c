@@ -370,7 +370,7 @@ static int status_of(const char *name) {
 }
 
 /* HGETALL's answer (pairs in an array, or a RESP3 map) into *j. */
-static int job_from_reply(const fc_resp *rep, fc_vjob *j) {
+int fc_vstore_redis_read_job(const fc_resp *rep, fc_vjob *j) {
   memset(j, 0, sizeof *j);
   if (!rep || (rep->type != FC_RESP_ARRAY && rep->type != FC_RESP_MAP) || rep->n % 2)
     return bad_reply("HGETALL");
@@ -392,9 +392,9 @@ static int job_from_reply(const fc_resp *rep, fc_vjob *j) {
     else if (!strcmp(k, "expires_ms")) j->expires_ms = g_ascii_strtoll(v, NULL, 10);
     else if (!strcmp(k, "seconds")) j->seconds = g_ascii_strtod(v, NULL);
     else if (!strcmp(k, "frames")) j->frames = g_ascii_strtoll(v, NULL, 10);
-    else if (!strcmp(k, "spec")) j->spec_json = g_strdup(v);
-    else if (!strcmp(k, "plan")) j->plan_json = g_strdup(v);
-    else if (!strcmp(k, "webhook")) j->webhook_json = g_strdup(v);
+    else if (!strcmp(k, "spec")) g_free(j->spec_json), j->spec_json = g_strdup(v);
+    else if (!strcmp(k, "plan")) g_free(j->plan_json), j->plan_json = g_strdup(v);
+    else if (!strcmp(k, "webhook")) g_free(j->webhook_json), j->webhook_json = g_strdup(v);
   }
   return j->id[0] ? 0 : bad_reply("HGETALL (a job without an id)");
 }
@@ -406,7 +406,7 @@ static int get_job(rstore *s, const char *id, fc_vjob *out) {
   int err = command(s, 2, argv, NULL, &rep);
   g_free(key);
   if (err == 0) {
-    err = job_from_reply(rep, out);
+    err = fc_vstore_redis_read_job(rep, out);
     if (err == FC_ENOTFOUND) err = fc_error_set(FC_ENOTFOUND, "no video job %s", id);
     if (err) fc_vjob_clear(out);
   }
@@ -693,7 +693,7 @@ static int ack(rstore *s, const char *entry) {
 }
 
 /* An entry [id, [field, value...]] as a work item; 0, or 1 when it is not one (ill-formed). */
-static int work_from_entry(const fc_resp *e, fc_vwork *w) {
+int fc_vstore_redis_read_entry(const fc_resp *e, fc_vwork *w) {
   memset(w, 0, sizeof *w);
   const char *id = e && e->type == FC_RESP_ARRAY && e->n == 2 ? rstr(&e->elem[0]) : NULL;
   if (!id) return 1;
@@ -775,7 +775,7 @@ static int claim_idle(rstore *s, fc_vwork *w) {
     for (size_t i = 0; i < rep->elem[1].n && !found; i++) {
       const fc_resp *e = &rep->elem[1].elem[i];
       if (e->type == FC_RESP_NIL) continue; /* deleted meanwhile (Redis 6.2) */
-      if (work_from_entry(e, w)) {
+      if (fc_vstore_redis_read_entry(e, w)) {
         if (w->entry[0]) ack(s, w->entry); /* not ours to read: dropped */
         continue;
       }
@@ -820,7 +820,7 @@ static int r_take(fc_vstore *base, int timeout_ms, fc_vwork *w) {
              rep->elem[1].n == 1)
       e = &rep->elem[1].elem[0];
     if (e) {
-      if (work_from_entry(e, w)) {
+      if (fc_vstore_redis_read_entry(e, w)) {
         if (w->entry[0]) ack(s, w->entry);
         err = 1;
       } else {
