@@ -89,6 +89,15 @@ typedef struct fc_server_params {
   int asr_timeout_s;       /* 0 = 15 */
   int barge_in;            /* user speech stops the avatar (1, the default) or not (0) */
   int vad_hangover_ms;     /* silence that ends a spoken turn; 0 = 500 */
+  /* Bulk videos (/v1/videos; src/jobs/videos.c). */
+  int render_slots;        /* render threads taking the store's work; 0 = the cores, -1 = none
+                            * (this node only submits: another process renders) */
+  const char *shared_dir;  /* the jobs' files; NULL = <data dir>/videos */
+  const char *redis_url;   /* the job store on Redis (serve --redis); NULL = in this process */
+  int video_retention_s;   /* finished jobs (and files) kept; 0 = 86400 */
+  int video_max_active;    /* with API keys, a key's unfinished jobs at most; 0 = 10 */
+  int rate_limit_per_min;  /* /v1 requests per key (or client address without keys) and
+                            * minute, a token bucket; 0 = 50, -1 = no limit */
   int solo_batches;        /* benchmarks: no cross-session batching — each session runs its own
                             * batches of 16 frames, one backend call at a time (LiveTalking's
                             * design), instead of the device scheduler */

@@ -76,6 +76,10 @@ typedef void (*fc_video_progress_cb)(void *user, int64_t frames_done, int64_t fr
 int fc_video_shard_render(const fc_video_spec *s, const fc_video_plan *p, int k,
                           const fc_video_env *env, const char *dir, const int *cancel,
                           fc_video_progress_cb progress, void *user);
+/* The path of shard k's file of kind ext in dir ("h264": its video, an H.264 elementary stream
+ * that starts with a key frame; "pcm": its audio, 16 kHz mono s16le, a whole number of
+ * frames; "json": its frames, samples, size and caption cues, written last). g_free. */
+char *fc_video_shard_file(const char *dir, int k, const char *ext);
 /* Whether shard k's files are all in dir (complete). */
 int fc_video_shard_done(const fc_video_plan *p, int k, const char *dir);
 /* Joins every shard in dir into out_mp4 (and, for a script, out_srt / out_vtt beside it; NULL:

@@ -22,6 +22,8 @@ static void serve_usage(FILE *f) {
         "                      [--write-timeout S]\n"
         "                      [--api-keys FILE] [--media-dir DIR[:DIR...]] [--metrics-session-ids]\n"
         "                      [--webhook-secret-file FILE]\n"
+        "                      [--render-slots K] [--shared-dir DIR] [--video-retention S]\n"
+        "                      [--video-max-active N] [--rate-limit N/min]\n"
         "                      [--llm-url URL] [--llm-model NAME] [--llm-system TEXT]\n"
         "                      [--llm-timeout S] [--tts PROVIDER] [--tts-url URL]\n"
         "                      [--tts-voice NAME] [--tts-model NAME] [--tts-ref-audio PATH]\n"
@@ -74,6 +76,12 @@ static void serve_usage(FILE *f) {
         "--checkpoint loads models/wav2lip.pth when it exists.\n"
         "--webhook-secret-file FILE: sign notifications (notifyurl) with HMAC-SHA256 of this\n"
         "secret (X-Facecast-Signature; else $FACECAST_WEBHOOK_SECRET; see README \"Webhooks\").\n"
+        "Bulk videos (POST /v1/videos, docs/API.md): --render-slots K render threads (default:\n"
+        "the cores; 0: this node only takes requests, workers render), files in --shared-dir\n"
+        "(default DATA_DIR/videos), finished jobs kept --video-retention seconds (86400);\n"
+        "with --api-keys a key has at most --video-max-active unfinished jobs (10). Every /v1\n"
+        "request takes a token of its key's (or address's) bucket: --rate-limit N/min (50;\n"
+        "0: no limit), else 429 with Retry-After.\n"
         "WebRTC behind firewalls: --ice-ports 50000-50100 keeps each session's media on one\n"
         "port of that range (UDP, and TCP with --ice-tcp on, the default): open the range.\n"
         "--turn turn://USER:PASS@HOST:PORT relays through a TURN server (coturn); with\n"
@@ -213,6 +221,11 @@ int fc_cmd_serve(int argc, char **argv) {
                                        {"ice-ports", required_argument, 0, 1200},
                                        {"ice-tcp", required_argument, 0, 1201},
                                        {"webhook-secret-file", required_argument, 0, 1202},
+                                       {"render-slots", required_argument, 0, 1203},
+                                       {"shared-dir", required_argument, 0, 1204},
+                                       {"video-retention", required_argument, 0, 1205},
+                                       {"video-max-active", required_argument, 0, 1206},
+                                       {"rate-limit", required_argument, 0, 1207},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   fc_server_params p = fc_server_params_default();
@@ -354,6 +367,31 @@ int fc_cmd_serve(int argc, char **argv) {
       p.ice_no_tcp = !strcmp(optarg, "off");
       break;
     case 1202: webhook_secret_file = optarg; break;
+    case 1203:
+      if ((err = int_opt("--render-slots", optarg, 0, 1024, &p.render_slots))) return fc_cli_fail(err);
+      if (!p.render_slots) p.render_slots = -1; /* 0: none here (the server's 0 is "the cores") */
+      break;
+    case 1204: p.shared_dir = optarg; break;
+    case 1205:
+      if ((err = int_opt("--video-retention", optarg, 1, 365 * 86400, &p.video_retention_s)))
+        return fc_cli_fail(err);
+      break;
+    case 1206:
+      if ((err = int_opt("--video-max-active", optarg, 1, 1000000, &p.video_max_active)))
+        return fc_cli_fail(err);
+      break;
+    case 1207: { /* N/min (or N) */
+      char num[24];
+      size_t k = strcspn(optarg, "/");
+      if (k >= sizeof num || (optarg[k] && strcmp(optarg + k, "/min")))
+        return fc_cli_fail(fc_error_set(FC_EINVAL, "--rate-limit '%s': expected N/min", optarg));
+      memcpy(num, optarg, k);
+      num[k] = 0;
+      if ((err = int_opt("--rate-limit", num, 0, 1000000000, &p.rate_limit_per_min)))
+        return fc_cli_fail(err);
+      if (!p.rate_limit_per_min) p.rate_limit_per_min = -1; /* 0: no limit */
+      break;
+    }
     case 'h': serve_usage(stdout); return FC_EXIT_OK;
     default:
       fprintf(stderr, "facecast: error: serve: unknown or incomplete option '%s'\n",

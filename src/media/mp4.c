@@ -48,6 +48,7 @@
 
 #include "facecast/error.h"
 #include "media/gst_common.h"
+#include "media/mp4_coded.h"
 #include "media/sink.h"
 
 #include <gst/app/gstappsrc.h>
@@ -78,6 +79,8 @@
 #define FINISH_TIMEOUT_S 60
 /* AAC bit rate for mono speech. */
 #define AAC_BITRATE 64000
+/* Bytes of encoded video appsrc may hold in the coded mode (mp4_coded.h). */
+#define CODED_QUEUE_BYTES (4u << 20)
 
 enum { W_RUNNING, W_FINISHED, W_FAILED };
 
@@ -97,6 +100,7 @@ struct fc_mp4_writer {
   uint64_t sink_frames; /* frames pushed through the sink */
   fc_sink sink;         /* this writer as an output (sink.h) */
   uint32_t aac_priming; /* encoder delay in samples, trimmed by an edit list; 0 = unknown */
+  int coded;            /* video arrives encoded (mp4_coded.h): no encoder, no pool */
 
   /* Written by the bus sync handler from streaming threads, read by the producer. */
   GMutex lock;
@@ -219,7 +223,9 @@ static void teardown(fc_mp4_writer *w) {
   w->vsrc = w->asrc = NULL;
 }
 
-fc_mp4_writer *fc_mp4_writer_create(const char *path, const fc_mp4_params *params, int *err) {
+/* avcc: NULL for raw pictures (x264 here), else the codec data of the H.264 pushed. */
+static fc_mp4_writer *create_writer(const char *path, const fc_mp4_params *params,
+                                    const uint8_t *avcc, size_t avcc_len, int *err) {
   int rc = 0;
   fc_mp4_writer *w = NULL;
   GstCaps *vcaps = NULL, *acaps = NULL;
@@ -260,6 +266,7 @@ fc_mp4_writer *fc_mp4_writer_create(const char *path, const fc_mp4_params *param
   g_mutex_init(&w->lock);
   w->sink = (fc_sink){&mp4_sink_ops, w};
   w->p = p;
+  w->coded = avcc != NULL;
   w->path = strdup(path);
   if (!w->path) {
     rc = fc_error_set(FC_ENOMEM, "%s: out of memory", path);
@@ -273,7 +280,7 @@ fc_mp4_writer *fc_mp4_writer_create(const char *path, const fc_mp4_params *param
   }
 
   if ((rc = fc_gst_add_element(w->pipeline, "appsrc", "v", &w->vsrc)) ||
-      (rc = fc_gst_add_element(w->pipeline, "x264enc", "venc", &venc)) ||
+      (!avcc && (rc = fc_gst_add_element(w->pipeline, "x264enc", "venc", &venc))) ||
       (rc = fc_gst_add_element(w->pipeline, "queue", "vqueue", &vqueue)) ||
       (rc = fc_gst_add_element(w->pipeline, "appsrc", "a", &w->asrc)) ||
       (rc = fc_gst_add_element(w->pipeline, "audiorate", "arate", &arate)) ||
@@ -287,7 +294,7 @@ fc_mp4_writer *fc_mp4_writer_create(const char *path, const fc_mp4_params *param
   /* h264parse lives in gst-plugins-bad, which a minimal install lacks. x264enc with
    * byte-stream=false already emits what mp4mux takes (stream-format=avc, alignment=au, codec
    * data in the caps), so the parser is only a nicety: use it when present. */
-  if (fc_gst_element_available("h264parse") &&
+  if (!avcc && fc_gst_element_available("h264parse") &&
       (rc = fc_gst_add_element(w->pipeline, "h264parse", "vparse", &vparse)))
     goto fail;
 
@@ -296,7 +303,17 @@ fc_mp4_writer *fc_mp4_writer_create(const char *path, const fc_mp4_params *param
                             &acaps)))
     goto fail;
 
-  const guint64 frame_bytes = GST_VIDEO_INFO_SIZE(&w->vinfo);
+  guint64 frame_bytes = GST_VIDEO_INFO_SIZE(&w->vinfo);
+  if (avcc) { /* encoded pictures in, as they are: AVC access units with their codec data */
+    GstBuffer *cd = gst_buffer_new_memdup(avcc, avcc_len);
+    gst_caps_unref(vcaps);
+    vcaps = gst_caps_new_simple("video/x-h264", "stream-format", G_TYPE_STRING, "avc",
+                                "alignment", G_TYPE_STRING, "au", "codec_data", GST_TYPE_BUFFER,
+                                cd, "width", G_TYPE_INT, p.width, "height", G_TYPE_INT, p.height,
+                                "framerate", GST_TYPE_FRACTION, p.fps, 1, NULL);
+    gst_buffer_unref(cd);
+    frame_bytes = CODED_QUEUE_BYTES / VIDEO_QUEUE_FRAMES;
+  }
   /* emit-signals off: nobody listens, and signal emission per push is not free. */
   g_object_set(w->vsrc, "caps", vcaps, "format", GST_FORMAT_TIME, "is-live", FALSE, "block",
                TRUE, "max-bytes", (guint64)(VIDEO_QUEUE_FRAMES * frame_bytes), "emit-signals",
@@ -305,10 +322,10 @@ fc_mp4_writer *fc_mp4_writer_create(const char *path, const fc_mp4_params *param
                TRUE, "max-bytes", (guint64)AUDIO_QUEUE_SECONDS * (guint64)p.sample_rate * 2u,
                "emit-signals", FALSE, NULL);
 
-  if ((rc = fc_gst_set_speed_preset(venc, p.preset, path))) goto fail;
+  if (venc && (rc = fc_gst_set_speed_preset(venc, p.preset, path))) goto fail;
   /* A keyframe every 2 s keeps seeking in the result cheap; byte-stream off gives the avc
    * format mp4mux stores. */
-  g_object_set(venc, "bitrate", (guint)p.bitrate_kbps, "threads", (guint)p.threads,
+  if (venc) g_object_set(venc, "bitrate", (guint)p.bitrate_kbps, "threads", (guint)p.threads,
                "key-int-max", (guint)(2 * p.fps), "byte-stream", FALSE, "trellis", FALSE, NULL);
   if (fc_gst_has_property(aenc, "bitrate")) g_object_set(aenc, "bitrate", AAC_BITRATE, NULL);
   g_object_set(sink, "location", path, NULL);
@@ -325,19 +342,24 @@ fc_mp4_writer *fc_mp4_writer_create(const char *path, const fc_mp4_params *param
   GstElement *vchain[6];
   size_t nv = 0;
   vchain[nv++] = w->vsrc;
-  vchain[nv++] = venc;
+  if (venc) vchain[nv++] = venc;
   if (vparse) vchain[nv++] = vparse;
   vchain[nv++] = vqueue;
-  vchain[nv++] = mux;
-  vchain[nv++] = sink;
+  if (!avcc) vchain[nv++] = mux, vchain[nv++] = sink;
   GstElement *achain[] = {w->asrc, arate, aconv, ares, aenc, aparse, mux};
+  GstElement *mchain[] = {mux, sink};
   if ((rc = fc_gst_link_chain(vchain, nv)) ||
+      /* encoded input: the queue's caps are not known before it runs, so a plain link could
+       * take the muxer's audio pad; ask for the video one by name */
+      (avcc && !gst_element_link_pads(vqueue, "src", mux, "video_%u") &&
+       (rc = fc_error_set(FC_EMEDIA, "%s: cannot link the video to mp4mux", path))) ||
+      (avcc && (rc = fc_gst_link_chain(mchain, 2))) ||
       (rc = fc_gst_link_chain(achain, sizeof achain / sizeof achain[0])))
     goto fail;
 
-  w->vpool = fc_gst_make_pool(vcaps, (guint)frame_bytes, VIDEO_QUEUE_FRAMES);
+  if (!avcc) w->vpool = fc_gst_make_pool(vcaps, (guint)frame_bytes, VIDEO_QUEUE_FRAMES);
   w->apool = fc_gst_make_pool(acaps, AUDIO_CHUNK_SAMPLES * sizeof(int16_t), 4);
-  if (!w->vpool || !w->apool) {
+  if ((!avcc && !w->vpool) || !w->apool) {
     rc = fc_error_set(FC_EMEDIA, "%s: could not set up buffer pools", path);
     goto fail;
   }
@@ -386,6 +408,19 @@ fail:
   return NULL;
 }
 
+fc_mp4_writer *fc_mp4_writer_create(const char *path, const fc_mp4_params *params, int *err) {
+  return create_writer(path, params, NULL, 0, err);
+}
+
+fc_mp4_writer *fc_mp4_writer_create_coded(const char *path, const fc_mp4_params *params,
+                                          const uint8_t *avcc, size_t avcc_len, int *err) {
+  if (!avcc || !avcc_len) {
+    if (err) *err = fc_error_set(FC_EINVAL, "%s: no H.264 codec data", path ? path : "mp4");
+    return NULL;
+  }
+  return create_writer(path, params, avcc, avcc_len, err);
+}
+
 /* ---- pushing ---- */
 
 /* The error a push reports when the writer cannot take data, or 0. */
@@ -409,8 +444,37 @@ static int push_buffer(fc_mp4_writer *w, GstElement *src, GstBuffer *buf) {
                       gst_flow_get_name(flow));
 }
 
+/* Stamps video frame `index` on buf: its time on the frame clock, decode = presentation. */
+static void stamp_video(const fc_mp4_writer *w, GstBuffer *buf, int64_t index) {
+  const guint64 fps = (guint64)w->p.fps;
+  const GstClockTime pts = gst_util_uint64_scale((guint64)index, GST_SECOND, fps);
+  GST_BUFFER_PTS(buf) = pts;
+  GST_BUFFER_DTS(buf) = w->coded ? pts : GST_CLOCK_TIME_NONE;
+  GST_BUFFER_DURATION(buf) = gst_util_uint64_scale((guint64)index + 1, GST_SECOND, fps) - pts;
+  GST_BUFFER_OFFSET(buf) = (guint64)index;
+}
+
+int fc_mp4_writer_push_coded(fc_mp4_writer *w, const uint8_t *au, size_t n, int key,
+                             int64_t index) {
+  if (!w || !w->coded || !au || !n || index < 0)
+    return fc_error_set(FC_EINVAL, "fc_mp4_writer_push_coded: bad argument");
+  int rc = check_writable(w);
+  if (rc) return rc;
+  if (index < w->next_index)
+    return fc_error_set(FC_EINVAL, "%s: video frame %lld pushed after frame %lld", w->path,
+                        (long long)index, (long long)(w->next_index - 1));
+  /* One buffer per access unit: the join copies each once, and GStreamer owns it after. */
+  GstBuffer *buf = gst_buffer_new_memdup(au, n);
+  stamp_video(w, buf, index);
+  if (!key) GST_BUFFER_FLAG_SET(buf, GST_BUFFER_FLAG_DELTA_UNIT);
+  if ((rc = push_buffer(w, w->vsrc, buf))) return rc;
+  w->next_index = index + 1;
+  w->frames++;
+  return 0;
+}
+
 int fc_mp4_writer_push_video(fc_mp4_writer *w, const uint8_t *i420, int64_t index) {
-  if (!w || !i420 || index < 0)
+  if (!w || !i420 || index < 0 || w->coded)
     return fc_error_set(FC_EINVAL, "fc_mp4_writer_push_video: bad argument");
   int rc = check_writable(w);
   if (rc) return rc;
@@ -430,13 +494,7 @@ int fc_mp4_writer_push_video(fc_mp4_writer *w, const uint8_t *i420, int64_t inde
     return fc_error_set(FC_EMEDIA, "%s: could not map a video buffer", w->path);
   }
 
-  const guint64 fps = (guint64)w->p.fps;
-  const GstClockTime pts = gst_util_uint64_scale((guint64)index, GST_SECOND, fps);
-  GST_BUFFER_PTS(buf) = pts;
-  GST_BUFFER_DTS(buf) = GST_CLOCK_TIME_NONE;
-  GST_BUFFER_DURATION(buf) = gst_util_uint64_scale((guint64)index + 1, GST_SECOND, fps) - pts;
-  GST_BUFFER_OFFSET(buf) = (guint64)index;
-
+  stamp_video(w, buf, index);
   if ((rc = push_buffer(w, w->vsrc, buf))) return rc;
   w->next_index = index + 1;
   w->frames++;

@@ -22,6 +22,8 @@
  * buffer GstVideoEncoder hands out; the mb_info arrays are made in set_format. */
 #include "media/x264_live.h"
 
+#include "media/h264enc.h"
+
 #include "core/tsan.h"
 #include "facecast/error.h"
 #include "facecast/picture.h"
@@ -145,18 +147,7 @@ static uint8_t *constant_map(FcX264Enc *e, const fc_i420_delta *d) {
   if (!d || !d->base || d->base != e->last.base) return NULL;
   uint8_t *m = e->mb[e->mb_next];
   e->mb_next = (e->mb_next + 1) % MB_RING;
-  memset(m, X264_MBINFO_CONSTANT, (size_t)e->mbw * e->mbh);
-  const fc_rect rs[2] = {d->changed, e->last.changed};
-  for (int k = 0; k < 2; k++) {
-    const fc_rect r = rs[k];
-    if (r.w <= 0 || r.h <= 0) continue;
-    int x0 = r.x / 16, y0 = r.y / 16, x1 = (r.x + r.w - 1) / 16, y1 = (r.y + r.h - 1) / 16;
-    if (x0 < 0) x0 = 0;
-    if (y0 < 0) y0 = 0;
-    if (x1 >= e->mbw) x1 = e->mbw - 1;
-    if (y1 >= e->mbh) y1 = e->mbh - 1;
-    for (int y = y0; y <= y1; y++) memset(m + (size_t)y * e->mbw + x0, 0, (size_t)(x1 - x0 + 1));
-  }
+  fc_h264_mb_constant(m, e->mbw, e->mbh, &d->changed, &e->last.changed);
   return m;
 }
 

@@ -228,6 +228,7 @@ void fc_metrics_render(fc_server *srv, GString *o, const char *owner) {
                  "Key frames the video encoder made, per session.", "%llu", keyframes);
   g_free(rows);
   fc_push_metrics(srv, o);
+  fc_videos_metrics(srv, o); /* bulk video jobs (src/jobs/videos.c) */
 
   if (!srv->sched) return;
   int nd = srv->n_devs;

@@ -239,6 +239,7 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
   }
   srv->soup = soup_server_new("server-header", "facecast", NULL);
   fc_http_register(srv);
+  if (fc_videos_start(srv, err)) goto fail;
   fc_listener_params lp = {.host = srv->p.host,
                            .port = srv->p.port,
                            .tls_cert = srv->p.tls_cert,
@@ -314,6 +315,7 @@ void fc_server_destroy(fc_server *srv) {
   if (srv->workers) g_thread_pool_free(srv->workers, FALSE, TRUE);
   fc_avatar_tasks_free(srv);
   fc_render_tasks_free(srv);
+  fc_videos_free(srv); /* its render slots stop at their next lip-sync request */
   /* Replies the workers posted at the end are dropped with their sources. */
   while (g_main_context_iteration(srv->ctx, FALSE)) {
   }

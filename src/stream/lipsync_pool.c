@@ -162,6 +162,11 @@ void fc_lipsync_client_remove(fc_lipsync_client *c) {
 
 int fc_lipsync_client_device(const fc_lipsync_client *c) { return fc_sched_client_device(c->sc); }
 
+fc_lipsync *fc_lipsync_client_backend(const fc_lipsync_client *c) {
+  const int d = fc_sched_client_device(c->sc);
+  return c->pool->dev[d >= 0 && d < c->pool->n ? d : 0].ls;
+}
+
 int fc_lipsync_client_run(fc_lipsync_client *c, const fc_lipsync_req *reqs, fc_patch *out, int n) {
   if (!c || !reqs || !out || n < 1 || n > FC_LIPSYNC_POOL_MAX_CALL)
     return fc_error_set(FC_EINVAL, "lip-sync calls through the scheduler are 1 to %d frames",

@@ -64,6 +64,9 @@ fc_lipsync_client *fc_lipsync_client_add(fc_lipsync_pool *pool, const fc_lipsync
 void fc_lipsync_client_remove(fc_lipsync_client *c);
 /* The device the client was placed on. */
 int fc_lipsync_client_device(const fc_lipsync_client *c);
+/* The backend of that device (borrowed): what a stream of the client is created with, for its
+ * patch sizes and whether requests carry mel windows. */
+fc_lipsync *fc_lipsync_client_backend(const fc_lipsync_client *c);
 
 /* Runs n (1..FC_LIPSYNC_POOL_MAX_CALL) requests through the scheduler and waits for all of
  * them: out[i] is filled for reqs[i] (buffers owned by the caller, as for fc_lipsync_run).

@@ -1,0 +1,197 @@
+/* One shard of a bulk video (video.h): its sentences spoken (espeak, one call per sentence, so
+ * each sentence's timing is its caption's), a stream as a bulk client of the lip-sync pool,
+ * every frame encoded straight to an H.264 elementary stream (media/h264enc.h) and its audio
+ * appended to a raw PCM file; then the metadata file that says the shard is done.
+ *
+ * The stream pads every utterance to whole frames (640 samples), so a shard's audio is a whole
+ * number of frames by construction and frame i of the shard covers exactly its samples
+ * [640·i, 640·(i+1)). The encoder starts with an IDR picture and never looks past the shard
+ * (no B-frames), so its stream decodes on its own and the join only concatenates.
+ *
+ * Pictures go to the encoder with the rect in which they differ from the avatar's still (the
+ * stream's fc_i420_delta): with the constant quantizer bulk uses, x264 skips the unchanged
+ * macroblocks without analysing them, the main cost of encoding a talking photo. */
+#include "bulk/bulk_internal.h"
+#include "bulk/frame.h"
+
+#include "facecast/audio.h"
+#include "facecast/error.h"
+#include "facecast/tts.h"
+#include "media/audio_dec.h"
+#include "media/h264enc.h"
+
+#include <glib/gstdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BULK_BATCH 16 /* frames per lip-sync request (the pool's largest call) */
+#define MAX_AUDIO_SECONDS (3 * 3600.0)
+#define BULK_QP 24    /* constant quantizer: about x264's CRF 23 on these pictures */
+
+typedef struct shard_run {
+  fc_lipsync_client *lsc;
+  const int *cancel;
+} shard_run;
+
+static int bulk_hook(void *user, const fc_lipsync_req *reqs, fc_patch *out,
+                     const fc_frame_info *info, int n) {
+  shard_run *r = user;
+  if (r->cancel && __atomic_load_n(r->cancel, __ATOMIC_RELAXED))
+    return fc_error_set(FC_ECANCELED, "canceled");
+  return fc_lipsync_pool_hook(r->lsc, reqs, out, info, n);
+}
+
+/* The espeak voice of spec->voice: "voice" or "espeak:voice"; other providers are not spoken
+ * here yet. */
+static int espeak_voice(const char *v, const char **out) {
+  *out = NULL;
+  if (!v) return 0;
+  const char *colon = strchr(v, ':');
+  if (!colon) {
+    *out = v;
+    return 0;
+  }
+  if ((size_t)(colon - v) == 6 && !strncmp(v, "espeak", 6)) {
+    *out = colon[1] ? colon + 1 : NULL;
+    return 0;
+  }
+  return fc_error_set(FC_EUNSUPPORTED, "voice: provider '%.*s' is not available for videos "
+                      "(espeak voices only)", (int)(colon - v), v);
+}
+
+/* The shard's sentences into the stream, one TTS call each; cues[i] is sentence i's speech
+ * within the shard (padding excluded). */
+static int push_script(const fc_video_spec *s, const fc_plan_shard *sh, fc_stream *st,
+                       const int *cancel, fc_cue *cues, int *n_cues) {
+  fc_tts_params tp = {0};
+  int err = espeak_voice(s->voice, &tp.voice);
+  int64_t at = 0;
+  for (int i = 0; !err && i < sh->n_sentences; i++) {
+    if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED))
+      return fc_error_set(FC_ECANCELED, "canceled");
+    fc_speech sp = {0};
+    if (!(err = fc_tts_speak(sh->sentences[i], &tp, &sp)) && sp.audio.n > 0 &&
+        !(err = fc_stream_push_speech(st, sp.audio.samples, sp.audio.n, sp.ph, sp.n_ph, NULL))) {
+      cues[*n_cues] = (fc_cue){sh->sentences[i], at, at + (int64_t)sp.audio.n};
+      (*n_cues)++;
+      at += ((int64_t)sp.audio.n + FC_SAMPLES_PER_FRAME - 1) / FC_SAMPLES_PER_FRAME *
+            FC_SAMPLES_PER_FRAME;
+    }
+    fc_speech_free(&sp);
+  }
+  if (!err && !at) err = fc_error_set(FC_EINVAL, "script: no words to speak");
+  return err;
+}
+
+/* The audio file's range of frames into the stream. */
+static int push_audio(const fc_video_spec *s, const fc_plan_shard *sh, const fc_video_env *env,
+                      fc_stream *st) {
+  char *path = g_build_filename(env->shared_dir ? env->shared_dir : ".", s->audio, NULL);
+  fc_audio a = {0};
+  int err = fc_audio_decode_file(path, MAX_AUDIO_SECONDS, &a);
+  g_free(path);
+  if (err) return fc_error_set(err, "audio: %s", fc_error_detail(err));
+  const size_t from = (size_t)sh->from * FC_SAMPLES_PER_FRAME;
+  size_t n = from < a.n ? a.n - from : 0;
+  if (sh->frames >= 0 && (size_t)sh->frames * FC_SAMPLES_PER_FRAME < n)
+    n = (size_t)sh->frames * FC_SAMPLES_PER_FRAME;
+  if (!n) err = fc_error_set(FC_EINVAL, "audio: no sound in frames from %lld",
+                             (long long)sh->from);
+  else err = fc_stream_push_speech(st, a.samples + from, n, NULL, 0, NULL);
+  fc_audio_free(&a);
+  return err;
+}
+
+int fc_video_shard_render(const fc_video_spec *s, const fc_video_plan *p, int k,
+                          const fc_video_env *env, const char *dir, const int *cancel,
+                          fc_video_progress_cb progress, void *user) {
+  if (!s || !p || !env || !env->pool || !env->avatar_get || !dir || k < 0 || k >= p->n)
+    return fc_error_set(FC_EINVAL, "shard: bad arguments");
+  const fc_plan_shard *sh = &p->shards[k];
+  int err = 0;
+  fc_avatar *av = NULL;
+  fc_stream *st = NULL;
+  fc_h264enc *enc = NULL;
+  fc_bulk_frame *fr = NULL;
+  FILE *vf = NULL, *af = NULL;
+  char *vtmp = NULL, *atmp = NULL;
+  char *vpath = fc_video_shard_file(dir, k, "h264"), *apath = fc_video_shard_file(dir, k, "pcm"),
+       *mpath = fc_video_shard_file(dir, k, "json");
+  shard_run run = {.cancel = cancel};
+  fc_shard_meta meta = {0};
+  fc_cue *cues = g_new0(fc_cue, sh->n_sentences + 1);
+
+  if (!(av = env->avatar_get(env->user, s->avatar, &err))) {
+    if (!err) err = fc_error_set(FC_ENOTFOUND, "avatar: not found");
+    goto done;
+  }
+  fc_lipsync_client_params cp = {.cls = FC_SCHED_BULK};
+  if (!(run.lsc = fc_lipsync_client_add(env->pool, &cp, &err))) goto done;
+  fc_stream_params spar = {.avatar = av, .lipsync = fc_lipsync_client_backend(run.lsc),
+                           .run = bulk_hook, .run_user = &run, .batch = BULK_BATCH,
+                           .max_pending = (size_t)(MAX_AUDIO_SECONDS * FC_SAMPLE_RATE)};
+  if (!(st = fc_stream_create(&spar, &err))) goto done;
+  if (p->kind == FC_PLAN_AUDIO) err = push_audio(s, sh, env, st);
+  else err = push_script(s, sh, st, cancel, cues, &meta.n_cues);
+  if (err) goto done;
+  fc_stream_end(st);
+
+  if (!(fr = fc_bulk_frame_create(s, av, env->shared_dir, &err))) goto done;
+  fc_bulk_frame_size(fr, &meta.width, &meta.height);
+  fc_h264enc_params ep = {.width = meta.width, .height = meta.height, .qp = BULK_QP,
+                          .threads = env->encoder_threads > 0 ? env->encoder_threads : 1};
+  if (!(vf = fc_bulk_tmp_open(vpath, &vtmp, &err)) || !(af = fc_bulk_tmp_open(apath, &atmp, &err)))
+    goto done;
+  if (!(enc = fc_h264enc_create(&ep, vf, &err))) goto done;
+  const int64_t total = fc_stream_frames_total(st);
+  const uint8_t *prev_base = NULL;
+  for (;;) {
+    fc_frame_info fi;
+    const uint8_t *img;
+    const int16_t *pcm;
+    err = fc_stream_next_frame(st, &fi, &img, &pcm);
+    if (err == FC_EEOF) {
+      err = 0;
+      break;
+    }
+    if (err) goto done;
+    fc_i420_delta d = fc_stream_frame_delta(st);
+    fc_rect changed;
+    const uint8_t *pic = fc_bulk_frame_draw(fr, img, &d, fi.index * FC_SAMPLES_PER_FRAME, cues,
+                                            meta.n_cues, &changed);
+    /* Known only against one still: a recorded avatar's frames each have their own. */
+    const int known = d.base && (meta.frames == 0 || d.base == prev_base);
+    prev_base = d.base;
+    if ((err = fc_h264enc_encode(enc, pic, known ? &changed : NULL))) goto done;
+    if (fwrite(pcm, sizeof *pcm, FC_SAMPLES_PER_FRAME, af) != FC_SAMPLES_PER_FRAME) {
+      err = fc_error_set(FC_EIO, "%s: cannot write", apath);
+      goto done;
+    }
+    meta.frames++;
+    if (progress) progress(user, meta.frames, total);
+  }
+  if ((err = fc_h264enc_finish(enc))) goto done;
+  if (!meta.frames) {
+    err = fc_error_set(FC_EINVAL, "shard %d: no frames", k);
+    goto done;
+  }
+  meta.samples = meta.frames * FC_SAMPLES_PER_FRAME;
+  meta.cues = cues;
+  err = fc_bulk_tmp_commit(vf, vtmp, vpath);
+  vf = NULL, vtmp = NULL;
+  if (!err) err = fc_bulk_tmp_commit(af, atmp, apath);
+  af = NULL, atmp = NULL;
+  if (!err) err = fc_shard_meta_write(&meta, mpath); /* last: the shard is done */
+done:
+  fc_h264enc_destroy(enc);
+  if (vf) fclose(vf), g_remove(vtmp);
+  if (af) fclose(af), g_remove(atmp);
+  g_free(vtmp), g_free(atmp);
+  fc_bulk_frame_destroy(fr);
+  fc_stream_destroy(st);
+  fc_lipsync_client_remove(run.lsc);
+  if (av && env->avatar_put) env->avatar_put(env->user, av);
+  g_free(cues); /* the texts are the plan's */
+  g_free(vpath), g_free(apath), g_free(mpath);
+  return err;
+}

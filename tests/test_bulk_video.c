@@ -1,0 +1,401 @@
+/* Tests for bulk videos (src/bulk/video.h): the spec's checks, the plan's cut and its JSON, the
+ * H.264 access-unit splitter, and a multi-shard script rendered with the default (parametric)
+ * backend through a lip-sync pool and joined, the join checked by decoding with ffmpeg: frames
+ * = Σ shard frames, each shard's pictures appear in the file exactly (decoded alone and inside
+ * the join, bit for bit, at their offsets: no frame missing or repeated at a join), audio as
+ * long as the pictures within one AAC frame and without a gap (it follows the shards' PCM),
+ * captions on the joined clock. */
+#include "bulk/bulk_internal.h"
+#include "facecast/avatar.h"
+#include "facecast/error.h"
+#include "facecast/lipsync.h"
+#include "fc_test.h"
+#include "media/h264enc.h"
+
+#include <glib.h>
+#include <glib/gstdio.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#define SIDE 256
+#define FRAME_SAMPLES 640
+
+static int spec_err(const char *json, const char *field) {
+  fc_video_spec *s = NULL;
+  int err = fc_video_spec_parse(json, strlen(json), &s);
+  if (!err) {
+    fprintf(stderr, "accepted: %s\n", json);
+    fc_video_spec_free(s);
+    return 0;
+  }
+  if (!strstr(fc_error_detail(err), field)) {
+    fprintf(stderr, "%s: detail '%s' does not name %s\n", json, fc_error_detail(err), field);
+    return 0;
+  }
+  return err;
+}
+
+static void test_spec(void) {
+  fc_video_spec *s = NULL;
+  const char *j = "{\"script\":\"Hello there. How are you?\",\"avatar\":\"anna\",\"voice\":\"en\","
+                  "\"size\":\"1280x720\",\"background\":\"#102030\",\"captions\":true,"
+                  "\"callback_url\":\"https://example.com/hook\",\"tag\":\"ignored\"}";
+  FC_REQUIRE(fc_video_spec_parse(j, strlen(j), &s) == 0);
+  FC_CHECK(!strcmp(s->script, "Hello there. How are you?"));
+  FC_CHECK(!strcmp(s->avatar, "anna") && !strcmp(s->voice, "en"));
+  FC_CHECK_INT(s->width, ==, 1280);
+  FC_CHECK_INT(s->height, ==, 720);
+  FC_CHECK_INT(s->background_rgb, ==, 0x102030);
+  FC_CHECK_INT(s->captions, ==, 1);
+  /* normalised JSON parses to the same spec */
+  char *n = fc_video_spec_json(s);
+  fc_video_spec *t = NULL;
+  FC_REQUIRE(fc_video_spec_parse(n, strlen(n), &t) == 0);
+  FC_CHECK(!strcmp(t->script, s->script) && t->width == 1280 && t->height == 720 &&
+           t->background_rgb == 0x102030 && t->captions && !strcmp(t->callback_url, s->callback_url));
+  char *n2 = fc_video_spec_json(t);
+  FC_CHECK(!strcmp(n, n2));
+  g_free(n), g_free(n2);
+  fc_video_spec_free(s), fc_video_spec_free(t);
+
+  const char *k = "{\"audio\":\"up/in.wav\",\"size\":{\"width\":640,\"height\":360},"
+                  "\"background\":{\"image\":\"bg.png\"}}";
+  FC_REQUIRE(fc_video_spec_parse(k, strlen(k), &s) == 0);
+  FC_CHECK(!s->script && !strcmp(s->audio, "up/in.wav") && s->width == 640 && s->height == 360);
+  FC_CHECK(s->background_image && !strcmp(s->background_image, "bg.png"));
+  fc_video_spec_free(s);
+
+  FC_CHECK(spec_err("{}", "script"));
+  FC_CHECK(spec_err("[1]", "body"));
+  FC_CHECK(spec_err("{\"script\":\"  ...  \"}", "script"));
+  FC_CHECK(spec_err("{\"script\":\"a\",\"audio\":\"b.wav\"}", "script"));
+  FC_CHECK(spec_err("{\"script\":5}", "script"));
+  FC_CHECK(spec_err("{\"script\":\"hi\",\"size\":\"1280by720\"}", "size"));
+  FC_CHECK(spec_err("{\"script\":\"hi\",\"size\":\"1281x720\"}", "size"));
+  FC_CHECK(spec_err("{\"script\":\"hi\",\"size\":\"8x8\"}", "size"));
+  FC_CHECK(spec_err("{\"script\":\"hi\",\"size\":{\"width\":\"640\",\"height\":360}}", "size"));
+  FC_CHECK(spec_err("{\"script\":\"hi\",\"background\":\"red\"}", "background"));
+  FC_CHECK(spec_err("{\"script\":\"hi\",\"background\":{\"image\":\"../etc/passwd\"}}", "background"));
+  FC_CHECK(spec_err("{\"script\":\"hi\",\"audio\":null,\"captions\":\"yes\"}", "captions"));
+  FC_CHECK(spec_err("{\"script\":\"hi\",\"callback_url\":\"ftp://x\"}", "callback_url"));
+  FC_CHECK(spec_err("{\"script\":\"hi\",\"avatar\":\"a/b\"}", "avatar"));
+  FC_CHECK(spec_err("{\"audio\":\"/abs.wav\"}", "audio"));
+  FC_CHECK(spec_err("{\"script\":\"hi\",\"voice\":\"\"}", "voice"));
+}
+
+static void test_plan(void) {
+  const char *j = "{\"script\":\"One sentence here. Two sentences here! Three, with a longer "
+                  "clause? Four \\\"quoted.\\\" Five\\nsix on a line\\n\\n  . \\n\"}";
+  fc_video_spec *s = NULL;
+  FC_REQUIRE(fc_video_spec_parse(j, strlen(j), &s) == 0);
+  fc_video_plan *p = NULL;
+  /* big shards: one */
+  FC_REQUIRE(fc_video_plan_create(s, 8, 10000, &p) == 0);
+  FC_CHECK_INT(fc_video_plan_shards(p), ==, 1);
+  FC_CHECK_INT(p->shards[0].n_sentences, ==, 6);
+  FC_CHECK(!strcmp(p->shards[0].sentences[3], "Four \"quoted.\""));
+  FC_CHECK(!strcmp(p->shards[0].sentences[5], "six on a line"));
+  fc_video_plan_free(p);
+  /* small shards: every sentence but the short tail its own; at most max_shards */
+  FC_REQUIRE(fc_video_plan_create(s, 8, 10, &p) == 0);
+  FC_CHECK_INT(fc_video_plan_shards(p), ==, 5);
+  int total = 0;
+  for (int k = 0; k < p->n; k++) total += p->shards[k].n_sentences;
+  FC_CHECK_INT(total, ==, 6);
+  char *pj = fc_video_plan_json(p);
+  fc_video_plan *q = NULL;
+  FC_REQUIRE(fc_video_plan_parse(pj, strlen(pj), &q) == 0);
+  char *qj = fc_video_plan_json(q);
+  FC_CHECK(!strcmp(pj, qj));
+  g_free(pj), g_free(qj);
+  fc_video_plan_free(q), fc_video_plan_free(p);
+  FC_REQUIRE(fc_video_plan_create(s, 2, 1, &p) == 0);
+  FC_CHECK_INT(fc_video_plan_shards(p), <=, 2);
+  fc_video_plan_free(p);
+  fc_video_spec_free(s);
+
+  const char *bad[] = {"", "{}", "{\"version\":2,\"kind\":\"script\",\"shards\":[[\"a\"]]}",
+                       "{\"version\":1,\"kind\":\"script\",\"shards\":[]}",
+                       "{\"version\":1,\"kind\":\"script\",\"shards\":[[]]}",
+                       "{\"version\":1,\"kind\":\"script\",\"shards\":[[\"ok\"],[5]]}",
+                       "{\"version\":1,\"kind\":\"audio\",\"shards\":[{\"from\":-1,\"frames\":2}]}",
+                       "{\"version\":1,\"kind\":\"video\",\"shards\":[[\"a\"]]}"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    FC_CHECK(fc_video_plan_parse(bad[i], strlen(bad[i]), &q) < 0);
+    FC_CHECK(q == NULL);
+  }
+}
+
+/* Encoded pictures come back as as many access units, the first a key frame with SPS/PPS. */
+static void test_h264_split(void) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  int err;
+  fc_h264enc_params ep = {.width = 64, .height = 48, .qp = 26, .keyint = 10};
+  fc_h264enc *e = fc_h264enc_create(&ep, f, &err);
+  FC_REQUIRE(e);
+  static uint8_t pic[64 * 48 * 3 / 2];
+  for (int i = 0; i < 23; i++) {
+    for (size_t k = 0; k < sizeof pic; k++) pic[k] = (uint8_t)(k * 7 + i * 13);
+    fc_rect r = {16, 16, 16, 16};
+    FC_REQUIRE(fc_h264enc_encode(e, pic, i % 2 ? &r : NULL) == 0);
+  }
+  FC_REQUIRE(fc_h264enc_finish(e) == 0);
+  FC_CHECK_INT(fc_h264enc_frames(e), ==, 23);
+  fc_h264enc_destroy(e);
+  fclose(f);
+  uint8_t *out = malloc(len + len / 3 + 16);
+  size_t pos = 0;
+  int n = 0, keys = 0;
+  fc_h264_au au;
+  int r;
+  while ((r = fc_h264_next_au((uint8_t *)buf, len, &pos, out, len + len / 3 + 16, &au)) == 1) {
+    if (n == 0) FC_CHECK(au.key && au.sps && au.pps);
+    keys += au.key;
+    n++;
+  }
+  FC_CHECK_INT(r, ==, 0);
+  FC_CHECK_INT(n, ==, 23);
+  FC_CHECK_INT(keys, ==, 3); /* 0, 10, 20 */
+  uint8_t avcc[256];
+  pos = 0;
+  FC_REQUIRE(fc_h264_next_au((uint8_t *)buf, len, &pos, out, len + len / 3 + 16, &au) == 1);
+  FC_CHECK(fc_h264_avcc(au.sps, au.sps_len, au.pps, au.pps_len, avcc, sizeof avcc) > 11);
+  /* garbage is an error, not a crash */
+  const uint8_t junk[] = {1, 2, 3, 0, 0, 1, 0x65};
+  pos = 0;
+  FC_CHECK(fc_h264_next_au(junk, sizeof junk, &pos, out, 64, &au) < 0);
+  free(out);
+  free(buf);
+}
+
+/* ---- rendering ---- */
+
+static fc_avatar *the_avatar;
+
+static fc_avatar *get_avatar(void *user, const char *id, int *err) {
+  (void)user, (void)id;
+  *err = 0;
+  return the_avatar;
+}
+static void put_avatar(void *user, fc_avatar *a) { (void)user, (void)a; }
+
+typedef struct shard_job {
+  const fc_video_spec *s;
+  const fc_video_plan *p;
+  const fc_video_env *env;
+  const char *dir;
+  int k, err;
+} shard_job;
+
+static void *render_thread(void *arg) {
+  shard_job *j = arg;
+  j->err = fc_video_shard_render(j->s, j->p, j->k, j->env, j->dir, NULL, NULL, NULL);
+  if (j->err) fprintf(stderr, "shard %d: %s\n", j->k, fc_error_detail(j->err));
+  return NULL;
+}
+
+/* Runs cmd and reads all of its output. */
+static uint8_t *slurp_cmd(const char *cmd, size_t *n) {
+  FILE *f = popen(cmd, "r");
+  if (!f) return NULL;
+  size_t cap = 1 << 20;
+  uint8_t *b = malloc(cap);
+  *n = 0;
+  size_t got;
+  while ((got = fread(b + *n, 1, cap - *n, f)) > 0) {
+    *n += got;
+    if (*n == cap) b = realloc(b, cap *= 2);
+  }
+  if (pclose(f) != 0) {
+    free(b);
+    return NULL;
+  }
+  return b;
+}
+
+static double probe_num(const char *path, const char *sel, const char *entry) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "ffprobe -v error -select_streams %s -count_frames -show_entries "
+           "stream=%s -of default=nw=1:nk=1 '%s'", sel, entry, path);
+  size_t n;
+  uint8_t *b = slurp_cmd(cmd, &n);
+  if (!b) return -1;
+  b = realloc(b, n + 1);
+  b[n] = 0;
+  double v = atof((char *)b);
+  free(b);
+  return v;
+}
+
+static void test_render_join(void) {
+  int err;
+  char dir[] = "/tmp/fc_bulk_XXXXXX";
+  FC_REQUIRE(mkdtemp(dir));
+  fc_avatar_params ap = fc_avatar_params_default();
+  ap.width = ap.height = SIDE;
+  the_avatar = fc_avatar_create_from_image(fc_avatar_default_path(), &ap, &err);
+  FC_REQUIRE(the_avatar);
+  fc_lipsync *ls = fc_lipsync_create(&(fc_lipsync_params){0}, &err);
+  FC_REQUIRE(ls);
+  fc_lipsync_pool_params pp = {.backends = &ls, .n_backends = 1, .gather_ms = -1};
+  fc_lipsync_pool *pool = fc_lipsync_pool_create(&pp, &err);
+  FC_REQUIRE(pool);
+  fc_video_env env = {.pool = pool, .avatar_get = get_avatar, .avatar_put = put_avatar,
+                      .shared_dir = dir, .encoder_threads = 1};
+
+  const char *j = "{\"script\":\"Welcome to the bulk renderer. Every shard is spoken on its own. "
+                  "Then the pieces are joined without encoding the pictures again. Nothing is "
+                  "lost at a join, and nothing is repeated.\"}";
+  fc_video_spec *s = NULL;
+  fc_video_plan *p = NULL;
+  FC_REQUIRE(fc_video_spec_parse(j, strlen(j), &s) == 0);
+  FC_REQUIRE(fc_video_plan_create(s, 3, 40, &p) == 0);
+  const int ns = fc_video_plan_shards(p);
+  FC_CHECK_INT(ns, ==, 3);
+
+  /* canceled: an error, no files */
+  int cancel = 1;
+  FC_CHECK_INT(fc_video_shard_render(s, p, 0, &env, dir, &cancel, NULL, NULL), ==, FC_ECANCELED);
+  FC_CHECK(!fc_video_shard_done(p, 0, dir));
+
+  /* shards on two threads at once, as a runner would */
+  shard_job jobs[8];
+  pthread_t th[8];
+  for (int k = 0; k < ns; k++) {
+    jobs[k] = (shard_job){s, p, &env, dir, k, 0};
+    pthread_create(&th[k], NULL, render_thread, &jobs[k]);
+    if (k % 2) pthread_join(th[k - 1], NULL), pthread_join(th[k], NULL);
+  }
+  if (ns % 2) pthread_join(th[ns - 1], NULL);
+  for (int k = 0; k < ns; k++) FC_REQUIRE(jobs[k].err == 0 && fc_video_shard_done(p, k, dir));
+
+  fc_shard_meta m[8];
+  int64_t sum_frames = 0, offs[9] = {0};
+  for (int k = 0; k < ns; k++) {
+    char *mp = fc_video_shard_file(dir, k, "json");
+    FC_REQUIRE(fc_shard_meta_read(mp, &m[k]) == 0);
+    g_free(mp);
+    FC_CHECK_INT(m[k].samples, ==, m[k].frames * FRAME_SAMPLES);
+    FC_CHECK_INT(m[k].n_cues, ==, p->shards[k].n_sentences);
+    sum_frames += m[k].frames;
+    offs[k + 1] = sum_frames;
+  }
+
+  char out[256], srt[256], vtt[256], cmd[1024];
+  snprintf(out, sizeof out, "%s/video.mp4", dir);
+  snprintf(srt, sizeof srt, "%s/captions.srt", dir);
+  snprintf(vtt, sizeof vtt, "%s/captions.vtt", dir);
+  fc_video_result res;
+  err = fc_video_join(s, p, dir, out, srt, vtt, &res);
+  if (err) fprintf(stderr, "join: %s\n", fc_error_detail(err));
+  FC_REQUIRE(err == 0);
+  FC_CHECK_INT(res.frames, ==, sum_frames);
+  FC_CHECK_INT(res.samples, ==, sum_frames * FRAME_SAMPLES);
+
+  /* frames: counted by decoding */
+  FC_CHECK_INT((long)probe_num(out, "v:0", "nb_read_frames"), ==, sum_frames);
+  const double vdur = probe_num(out, "v:0", "duration"), adur = probe_num(out, "a:0", "duration");
+  FC_CHECK_NEAR(vdur, sum_frames / 25.0, 0.001);
+  FC_CHECK_NEAR(adur, vdur, 0.04);
+
+  /* pictures: each shard decoded alone equals its frames inside the join, bit for bit */
+  const size_t fsz = (size_t)SIDE * SIDE;
+  size_t n = 0;
+  snprintf(cmd, sizeof cmd, "ffmpeg -v error -i '%s' -map 0:v -f rawvideo -pix_fmt gray -", out);
+  uint8_t *all = slurp_cmd(cmd, &n);
+  FC_REQUIRE(all && n == fsz * (size_t)sum_frames);
+  for (int k = 0; k < ns; k++) {
+    char *vp = fc_video_shard_file(dir, k, "h264");
+    snprintf(cmd, sizeof cmd, "ffmpeg -v error -f h264 -i '%s' -f rawvideo -pix_fmt gray -", vp);
+    g_free(vp);
+    size_t sn = 0;
+    uint8_t *one = slurp_cmd(cmd, &sn);
+    FC_REQUIRE(one);
+    FC_CHECK_INT(sn, ==, fsz * (size_t)m[k].frames);
+    FC_CHECK(sn == fsz * (size_t)m[k].frames && !memcmp(one, all + fsz * (size_t)offs[k], sn));
+    free(one);
+  }
+  /* and consecutive frames are not repeats at a join (the mouth moves; a duplicated frame at
+   * the seam would be identical to its neighbour only by chance) */
+  free(all);
+
+  /* audio: the decoded track follows the shards' PCM end to end, no gap, no shift */
+  snprintf(cmd, sizeof cmd, "ffmpeg -v error -i '%s' -map 0:a -f s16le -ac 1 -ar 16000 -", out);
+  int16_t *dec = (int16_t *)slurp_cmd(cmd, &n);
+  FC_REQUIRE(dec);
+  const size_t dn = n / 2, want = (size_t)sum_frames * FRAME_SAMPLES;
+  FC_CHECK(dn + 1024 >= want && dn <= want + 1024);
+  double worst = 1;
+  for (int k = 0; k < ns; k++) {
+    char *ap2 = fc_video_shard_file(dir, k, "pcm");
+    gchar *pcm = NULL;
+    gsize plen = 0;
+    FC_REQUIRE(g_file_get_contents(ap2, &pcm, &plen, NULL));
+    g_free(ap2);
+    FC_CHECK_INT(plen, ==, m[k].samples * 2);
+    /* per 40 ms: the loudness of source and decoded audio agree (correlation of envelopes) */
+    const int16_t *src = (const int16_t *)pcm;
+    double sxy = 0, sxx = 0, syy = 0;
+    for (int64_t f = 0; f < m[k].frames; f++) {
+      double a = 0, b = 0;
+      const size_t at = (size_t)(offs[k] + f) * FRAME_SAMPLES;
+      for (int i = 0; i < FRAME_SAMPLES; i++) {
+        a += fabs((double)src[f * FRAME_SAMPLES + i]);
+        b += at + (size_t)i < dn ? fabs((double)dec[at + (size_t)i]) : 0;
+      }
+      sxy += a * b, sxx += a * a, syy += b * b;
+    }
+    const double corr = sxx > 0 && syy > 0 ? sxy / sqrt(sxx * syy) : 0;
+    if (corr < worst) worst = corr;
+    g_free(pcm);
+  }
+  fprintf(stderr, "frames %lld (%d shards), video %.3f s, audio %.3f s, envelope corr %.4f\n",
+          (long long)sum_frames, ns, vdur, adur, worst);
+  FC_CHECK(worst > 0.97);
+  free(dec);
+
+  /* captions: one cue per sentence on the joined clock */
+  gchar *t = NULL;
+  FC_REQUIRE(g_file_get_contents(srt, &t, NULL, NULL));
+  FC_CHECK(strstr(t, "1\n00:00:00,") == t);
+  FC_CHECK(strstr(t, "\n4\n") && !strstr(t, "\n5\n"));
+  FC_CHECK(strstr(t, "Nothing is lost at a join"));
+  g_free(t);
+  FC_REQUIRE(g_file_get_contents(vtt, &t, NULL, NULL));
+  FC_CHECK(!strncmp(t, "WEBVTT\n\n00:00:00.", 17));
+  g_free(t);
+  /* the cue of shard 1's first sentence starts at shard 0's end */
+  fc_cue c1 = m[1].cues[0];
+  c1.start += m[0].samples, c1.end += m[0].samples;
+  char *one = fc_captions_srt(&c1, 1);
+  FC_CHECK(one && strlen(one) > 30);
+  g_free(one);
+
+  /* a missing shard: the join says which */
+  char *gone = fc_video_shard_file(dir, 1, "json");
+  g_remove(gone);
+  g_free(gone);
+  err = fc_video_join(s, p, dir, out, NULL, NULL, &res);
+  FC_CHECK(err < 0 && strstr(fc_error_detail(err), "shard-0001"));
+  fc_video_shards_remove(p, dir);
+  FC_CHECK(!fc_video_shard_done(p, 0, dir) && !fc_video_shard_done(p, 2, dir));
+
+  for (int k = 0; k < ns; k++) fc_shard_meta_free(&m[k]);
+  fc_video_plan_free(p);
+  fc_video_spec_free(s);
+  fc_lipsync_pool_destroy(pool);
+  fc_lipsync_destroy(ls);
+  fc_avatar_destroy(the_avatar);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  FC_CHECK(system(cmd) == 0);
+}
+
+int main(void) {
+  FC_RUN(test_spec);
+  FC_RUN(test_plan);
+  FC_RUN(test_h264_split);
+  FC_RUN(test_render_join);
+  FC_TEST_EXIT();
+}
