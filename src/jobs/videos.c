@@ -491,7 +491,8 @@ int fc_videos_start(fc_server *srv, int *err) {
                                  .encoder_threads = cores > slots ? cores / slots : 1}};
     if (!(v->run = fc_vrun_create(&rp, err))) return *err;
   }
-  v->expire_timer = g_timeout_add_seconds(EXPIRE_EVERY_S, expire_tick, v);
+  /* a short retention is swept often enough to be kept to within a second or two */
+  v->expire_timer = g_timeout_add_seconds(MIN(EXPIRE_EVERY_S, MAX(1, v->retention_s / 2)), expire_tick, v);
   fc_http_route(srv, "/v1/videos", h_videos);
   g_message("videos: /v1/videos, files in %s, %s store, %d render slots, kept %d s, %d "
             "requests/min", v->shared, p->redis_url ? "redis" : "local",
