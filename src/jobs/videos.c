@@ -333,7 +333,8 @@ static void h_videos(SoupServer *server, SoupServerMessage *msg, const char *pat
   char rid[FC_VIDEO_REQUEST_ID_MAX + 1];
   if (request_id(msg, rid)) return;
   if (!v || !v->pool) {
-    fc_http_error(msg, 503, "the server is stopping");
+    fc_http_error(msg, 503, v && v->off ? "bulk videos are off on this server: no shared folder "
+                                          "(--shared-dir)" : "the server is stopping");
     return;
   }
   const char *owner = fc_http_owner(msg);
@@ -484,8 +485,15 @@ int fc_videos_start(fc_server *srv, int *err) {
   v->rate_per_min = p->rate_limit_per_min == 0 ? 50 : p->rate_limit_per_min;
   v->shared = p->shared_dir ? g_strdup(p->shared_dir) : g_build_filename(fc_data_dir(), "videos", NULL);
   if (g_mkdir_with_parents(v->shared, 0755) != 0) {
-    *err = fc_error_set(FC_EIO, "--shared-dir %s: cannot make the folder", v->shared);
-    return *err;
+    if (p->shared_dir) {
+      *err = fc_error_set(FC_EIO, "--shared-dir %s: cannot make the folder", v->shared);
+      return *err;
+    }
+    /* the default place (a read-only data folder): the live server runs, /v1 answers 503 */
+    g_warning("videos: cannot make %s (give --shared-dir): /v1/videos is off", v->shared);
+    v->off = 1;
+    fc_http_route(srv, "/v1/videos", h_videos);
+    return *err = FC_OK;
   }
   fc_vstore_params sp = {.redis_url = p->redis_url, .retention_s = v->retention_s};
   if (!(v->store = fc_vstore_create(&sp, err))) return *err;
@@ -540,7 +548,7 @@ void fc_videos_free(fc_server *srv) {
 
 void fc_videos_metrics(fc_server *srv, GString *o) {
   fc_videos *v = srv->videos;
-  if (!v) return;
+  if (!v || !v->store) return;
   int pending = 0, queued = 0, processing = 0;
   if (!v->srv->p.redis_url) { /* the local store: a brief lock */
     fc_vstore_depth(v->store, &pending, &queued);

@@ -33,6 +33,7 @@ typedef struct fc_videos {
   GMutex submit_lock;     /* one submission at a time: counting a key's jobs and adding one */
   GHashTable *buckets;    /* "k:KEY" / "a:ADDRESS" → fc_bucket (main loop only) */
   guint expire_timer;
+  int off;               /* no shared folder: /v1 answers 503 */
   gint expiring, canceled;
   gint depth_pending, depth_queued, depth_asked; /* a Redis store's depth, read by the sweeper */
 } fc_videos;
