@@ -180,18 +180,22 @@ static void job_json(const fc_vjob *j, int full, GString *o) {
 
 /* ---- the pool's side -------------------------------------------------------------------- */
 
-/* A store handle for this pool thread (each thread keeps one: Redis connections are
- * one-thread-at-a-time). */
-static fc_vstore *thread_store(fc_videos *v) {
-  fc_vstore *st = g_private_get(&v->tls_store);
+/* A store handle for one request (Redis connections are one-thread-at-a-time): an idle one,
+ * or a new clone; given back with put_store. */
+static fc_vstore *take_store(fc_videos *v) {
+  g_mutex_lock(&v->lock);
+  fc_vstore *st = v->handles->len ? g_ptr_array_steal_index_fast(v->handles, v->handles->len - 1)
+                                  : NULL;
+  g_mutex_unlock(&v->lock);
   int err;
-  if (!st && (st = fc_vstore_clone(v->store, &err))) {
-    g_mutex_lock(&v->lock);
-    g_ptr_array_add(v->handles, st); /* destroyed with the pool */
-    g_mutex_unlock(&v->lock);
-    g_private_set(&v->tls_store, st);
-  }
-  return st;
+  return st ? st : fc_vstore_clone(v->store, &err);
+}
+
+static void put_store(fc_videos *v, fc_vstore *st) {
+  if (!st) return;
+  g_mutex_lock(&v->lock);
+  g_ptr_array_add(v->handles, st);
+  g_mutex_unlock(&v->lock);
 }
 
 /* The job id names, if the request may see it (its key's, or any without keys). */
@@ -282,7 +286,7 @@ static void op_file(vreq *q, fc_vstore *st) {
 static void pool_run(gpointer data, gpointer user) {
   vreq *q = data;
   fc_videos *v = user;
-  fc_vstore *st = thread_store(v);
+  fc_vstore *st = take_store(v);
   fc_error_clear();
   if (!st) answer_err(q, 503, "the video store cannot be reached");
   else if (q->op == OP_CREATE) fc_videos_create(v, st, &q->post, q->owner, q->rid, &q->a);
@@ -290,6 +294,7 @@ static void pool_run(gpointer data, gpointer user) {
   else if (q->op == OP_LIST) op_list(q, st);
   else if (q->op == OP_DELETE) op_delete(q, st);
   else op_file(q, st);
+  put_store(v, st);
   post_answer(q);
 }
 
@@ -328,7 +333,8 @@ static void h_videos(SoupServer *server, SoupServerMessage *msg, const char *pat
   char rid[FC_VIDEO_REQUEST_ID_MAX + 1];
   if (request_id(msg, rid)) return;
   if (!v || !v->pool) {
-    fc_http_error(msg, 503, "the server is stopping");
+    fc_http_error(msg, 503, v && v->off ? "bulk videos are off on this server: no shared folder "
+                                          "(--shared-dir)" : "the server is stopping");
     return;
   }
   const char *owner = fc_http_owner(msg);
@@ -431,12 +437,23 @@ static void drop_files(void *user, const char *id) {
   g_message("video %s: expired (kept %d s), removed", id, v->retention_s);
 }
 
-static void expire_run(gpointer data, gpointer user) {
+/* The sweeper's tasks: the retention sweep (1), the depth for /metrics (2): a Redis store is
+ * a network away from the main loop. */
+static void sweeper_run(gpointer data, gpointer user) {
   fc_videos *v = user;
-  fc_vstore *st = thread_store(v);
-  if (st) fc_vstore_expire(st, g_get_real_time() / 1000, drop_files, v);
-  g_atomic_int_set(&v->expiring, 0);
-  (void)data;
+  fc_vstore *st = take_store(v);
+  int pending = 0, queued = 0;
+  if (st && GPOINTER_TO_INT(data) == 1) {
+    fc_vstore_expire(st, g_get_real_time() / 1000, drop_files, v);
+    g_atomic_int_set(&v->expiring, 0);
+  } else if (st) {
+    if (fc_vstore_depth(st, &pending, &queued) == 0) {
+      g_atomic_int_set(&v->depth_pending, pending);
+      g_atomic_int_set(&v->depth_queued, queued);
+    }
+    g_atomic_int_set(&v->depth_asked, 0);
+  }
+  put_store(v, st);
 }
 
 static gboolean expire_tick(gpointer p) {
@@ -468,14 +485,21 @@ int fc_videos_start(fc_server *srv, int *err) {
   v->rate_per_min = p->rate_limit_per_min == 0 ? 50 : p->rate_limit_per_min;
   v->shared = p->shared_dir ? g_strdup(p->shared_dir) : g_build_filename(fc_data_dir(), "videos", NULL);
   if (g_mkdir_with_parents(v->shared, 0755) != 0) {
-    *err = fc_error_set(FC_EIO, "--shared-dir %s: cannot make the folder", v->shared);
-    return *err;
+    if (p->shared_dir) {
+      *err = fc_error_set(FC_EIO, "--shared-dir %s: cannot make the folder", v->shared);
+      return *err;
+    }
+    /* the default place (a read-only data folder): the live server runs, /v1 answers 503 */
+    g_warning("videos: cannot make %s (give --shared-dir): /v1/videos is off", v->shared);
+    v->off = 1;
+    fc_http_route(srv, "/v1/videos", h_videos);
+    return *err = FC_OK;
   }
   fc_vstore_params sp = {.redis_url = p->redis_url, .retention_s = v->retention_s};
   if (!(v->store = fc_vstore_create(&sp, err))) return *err;
   GError *e = NULL;
   v->pool = g_thread_pool_new(pool_run, v, 4, FALSE, &e);
-  if (v->pool) v->sweeper = g_thread_pool_new(expire_run, v, 1, FALSE, &e);
+  if (v->pool) v->sweeper = g_thread_pool_new(sweeper_run, v, 1, FALSE, &e);
   if (!v->sweeper) {
     *err = fc_error_set(FC_ENOMEM, "cannot start the video API's threads: %s", e->message);
     g_error_free(e);
@@ -491,7 +515,8 @@ int fc_videos_start(fc_server *srv, int *err) {
                                  .encoder_threads = cores > slots ? cores / slots : 1}};
     if (!(v->run = fc_vrun_create(&rp, err))) return *err;
   }
-  v->expire_timer = g_timeout_add_seconds(EXPIRE_EVERY_S, expire_tick, v);
+  /* a short retention is swept often enough to be kept to within a second or two */
+  v->expire_timer = g_timeout_add_seconds(MIN(EXPIRE_EVERY_S, MAX(1, v->retention_s / 2)), expire_tick, v);
   fc_http_route(srv, "/v1/videos", h_videos);
   g_message("videos: /v1/videos, files in %s, %s store, %d render slots, kept %d s, %d "
             "requests/min", v->shared, p->redis_url ? "redis" : "local",
@@ -523,9 +548,16 @@ void fc_videos_free(fc_server *srv) {
 
 void fc_videos_metrics(fc_server *srv, GString *o) {
   fc_videos *v = srv->videos;
-  if (!v) return;
+  if (!v || !v->store) return;
   int pending = 0, queued = 0, processing = 0;
-  fc_vstore_depth(v->store, &pending, &queued); /* the local store: a brief lock */
+  if (!v->srv->p.redis_url) { /* the local store: a brief lock */
+    fc_vstore_depth(v->store, &pending, &queued);
+  } else { /* Redis: the figures the sweeper last read, and a new reading asked for */
+    pending = g_atomic_int_get(&v->depth_pending);
+    queued = g_atomic_int_get(&v->depth_queued);
+    if (v->sweeper && g_atomic_int_compare_and_exchange(&v->depth_asked, 0, 1))
+      g_thread_pool_push(v->sweeper, GINT_TO_POINTER(2), NULL);
+  }
   fc_vrun_stats rs = {0};
   if (v->run) fc_vrun_stats_get(v->run, &rs);
   /* processing: the jobs this node's slots are rendering now (the store counts unfinished) */

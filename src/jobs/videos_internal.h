@@ -27,14 +27,15 @@ typedef struct fc_videos {
   int retention_s, max_active, rate_per_min;
   GThreadPool *pool;      /* the requests' work (vreq) */
   GThreadPool *sweeper;   /* the retention sweep, one at a time */
-  GPrivate tls_store;     /* each pool thread's store handle */
   GMutex lock;            /* handles, active */
-  GPtrArray *handles;     /* every thread's handle, destroyed at the end */
+  GPtrArray *handles;     /* store handles not in use (clones, one per concurrent request) */
   GHashTable *active;     /* owner → GPtrArray of ids: its jobs submitted here, maybe unfinished */
   GMutex submit_lock;     /* one submission at a time: counting a key's jobs and adding one */
   GHashTable *buckets;    /* "k:KEY" / "a:ADDRESS" → fc_bucket (main loop only) */
   guint expire_timer;
+  int off;               /* no shared folder: /v1 answers 503 */
   gint expiring, canceled;
+  gint depth_pending, depth_queued, depth_asked; /* a Redis store's depth, read by the sweeper */
 } fc_videos;
 
 /* Whether an X-Request-ID may be used as it is (1-95 of A-Z a-z 0-9 . _ : -). */

@@ -282,7 +282,8 @@ static void do_item(slot *s, const fc_vwork *w) {
   int err;
   char why[600];
   if ((err = fc_vstore_get(s->st, w->job, &j))) {
-    fc_vstore_fail(s->st, w, "the job is gone"); /* acknowledges it */
+    /* gone: the item is acknowledged; the store unreachable: left for a later take */
+    if (err == FC_ENOTFOUND) fc_vstore_fail(s->st, w, "the job is gone");
     return;
   }
   if ((err = fc_video_spec_parse(j.spec_json, strlen(j.spec_json), &spec)) ||
@@ -297,7 +298,7 @@ static void do_item(slot *s, const fc_vwork *w) {
     snprintf(why, sizeof why, "cannot make the job's folder %s/shards", j.id);
     goto failed;
   }
-  g_atomic_int_set(&s->cancel, 0);
+  g_atomic_int_set(&s->cancel, g_atomic_int_get(&r->stop)); /* stopping since the take: at once */
   set_item(s, w);
   gint64 t0 = g_get_monotonic_time();
   if (w->shard >= 0) {
