@@ -23,9 +23,10 @@
  * length is the queue depth, and a consumer group recreated at "0" (after the group was lost)
  * sees exactly the outstanding work again.
  *
- * Each handle (fc_vstore_clone) has its own connection and its own consumer name (the
- * process's, plus "/N" for clones), so a thread of this process whose item went quiet is taken
- * over like any other worker, and touch can tell that its item was taken from it. */
+ * Each handle (fc_vstore_clone) has its own connection; all of a process's handles are one
+ * consumer (host-pid, or the name given), because a runner touches its slots' items from a
+ * thread of its own (jobs/vrun.h): touch keeps an item only while this consumer holds it, and
+ * says FC_ECANCELED once another process has taken it over. */
 #include "jobs/vstore_internal.h"
 
 #include "facecast/error.h"
@@ -45,18 +46,12 @@
 #define BLOCK_SLICE_MS 2000
 #define IO_TIMEOUT_MS 10000
 
-/* A store's handles: the next clone's number, and how many are alive (the last frees this). */
-struct handles {
-  gint next, refs;
-};
-
 typedef struct rstore {
   fc_vstore base;
   fc_redis *r;
   char *url, *prefix, *consumer, *stream;
   int claim_idle_ms, retention_s, max_jobs;
   int group_ok; /* the group was made (or found) on this connection's server */
-  struct handles *handles; /* shared by a handle and its clones */
 } rstore;
 
 /* --- the scripts --- */
@@ -420,8 +415,7 @@ static const fc_vstore_ops redis_ops;
 static void r_destroy(fc_vstore *base);
 
 static rstore *rstore_new(const char *url, const char *prefix, const char *consumer,
-                          int claim_idle_ms, int retention_s, int max_jobs, struct handles *h,
-                          int *err) {
+                          int claim_idle_ms, int retention_s, int max_jobs, int *err) {
   fc_redis_params rp = {.url = url, .io_timeout_ms = IO_TIMEOUT_MS};
   fc_redis *r = fc_redis_create(&rp, err);
   if (!r) return NULL;
@@ -435,7 +429,6 @@ static rstore *rstore_new(const char *url, const char *prefix, const char *consu
   s->claim_idle_ms = claim_idle_ms;
   s->retention_s = retention_s;
   s->max_jobs = max_jobs;
-  s->handles = h;
   return s;
 }
 
@@ -450,17 +443,11 @@ fc_vstore *fc_vstore_redis_create(const fc_vstore_params *p, int *err) {
     if (gethostname(host, sizeof host - 1) != 0 || !host[0]) g_strlcpy(host, "host", sizeof host);
     snprintf(consumer, sizeof consumer, "%s-%d", host, (int)getpid());
   }
-  struct handles *h = g_new0(struct handles, 1);
-  h->next = 1;
-  h->refs = 1;
   rstore *s = rstore_new(p->redis_url, p->prefix && p->prefix[0] ? p->prefix : "facecast:",
                          consumer, p->claim_idle_ms > 0 ? p->claim_idle_ms : 15000,
                          p->retention_s > 0 ? p->retention_s : 86400,
-                         p->max_jobs > 0 ? p->max_jobs : 1000, h, err);
-  if (!s) {
-    g_free(h);
-    return NULL;
-  }
+                         p->max_jobs > 0 ? p->max_jobs : 1000, err);
+  if (!s) return NULL;
   /* Redis down now is not an error: every call connects again (and makes the group). */
   if (ensure_group(s) == FC_EREMOTE) {
     *err = remote_error();
@@ -472,19 +459,14 @@ fc_vstore *fc_vstore_redis_create(const fc_vstore_params *p, int *err) {
 
 static fc_vstore *r_clone(fc_vstore *base, int *err) {
   rstore *s = (rstore *)base;
-  char consumer[240];
-  snprintf(consumer, sizeof consumer, "%s/%d", s->consumer,
-           g_atomic_int_add(&s->handles->next, 1));
-  rstore *c = rstore_new(s->url, s->prefix, consumer, s->claim_idle_ms, s->retention_s,
-                         s->max_jobs, s->handles, err);
-  if (c) g_atomic_int_inc(&s->handles->refs);
+  rstore *c = rstore_new(s->url, s->prefix, s->consumer, s->claim_idle_ms, s->retention_s,
+                         s->max_jobs, err);
   return c ? &c->base : NULL;
 }
 
 static void r_destroy(fc_vstore *base) {
   rstore *s = (rstore *)base;
   if (!s) return;
-  if (g_atomic_int_dec_and_test(&s->handles->refs)) g_free(s->handles);
   fc_redis_destroy(s->r);
   g_free(s->url);
   g_free(s->prefix);
