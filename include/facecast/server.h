@@ -94,6 +94,8 @@ typedef struct fc_server_params {
                             * (this node only submits: another process renders) */
   const char *shared_dir;  /* the jobs' files; NULL = <data dir>/videos */
   const char *redis_url;   /* the job store on Redis (serve --redis); NULL = in this process */
+  int worker;              /* `facecast worker`: this node only renders the store's work; its
+                            * HTTP answers /healthz and /metrics, nothing else (404) */
   int video_retention_s;   /* finished jobs (and files) kept; 0 = 86400 */
   int video_max_active;    /* with API keys, a key's unfinished jobs at most; 0 = 10 */
   int rate_limit_per_min;  /* /v1 requests per key (or client address without keys) and

@@ -23,7 +23,7 @@ static void serve_usage(FILE *f) {
         "                      [--api-keys FILE] [--media-dir DIR[:DIR...]] [--metrics-session-ids]\n"
         "                      [--webhook-secret-file FILE]\n"
         "                      [--render-slots K] [--shared-dir DIR] [--video-retention S]\n"
-        "                      [--video-max-active N] [--rate-limit N/min]\n"
+        "                      [--video-max-active N] [--rate-limit N/min] [--redis URL]\n"
         "                      [--llm-url URL] [--llm-model NAME] [--llm-system TEXT]\n"
         "                      [--llm-timeout S] [--tts PROVIDER] [--tts-url URL]\n"
         "                      [--tts-voice NAME] [--tts-model NAME] [--tts-ref-audio PATH]\n"
@@ -82,6 +82,10 @@ static void serve_usage(FILE *f) {
         "with --api-keys a key has at most --video-max-active unfinished jobs (10). Every /v1\n"
         "request takes a token of its key's (or address's) bucket: --rate-limit N/min (50;\n"
         "0: no limit), else 429 with Retry-After.\n"
+        "--redis redis://[:PASSWORD@]HOST[:PORT][/DB]: jobs and their work in Redis (a Stream\n"
+        "read by a consumer group), shared with `facecast worker --redis` nodes that render\n"
+        "them into the same --shared-dir; this node then only takes requests unless\n"
+        "--render-slots K is given.\n"
         "WebRTC behind firewalls: --ice-ports 50000-50100 keeps each session's media on one\n"
         "port of that range (UDP, and TCP with --ice-tcp on, the default): open the range.\n"
         "--turn turn://USER:PASS@HOST:PORT relays through a TURN server (coturn); with\n"
@@ -154,7 +158,9 @@ static void lt_settings(fc_server_params *p, const char *ref_file, const char *t
   }
 }
 
-int fc_cmd_serve(int argc, char **argv) {
+/* serve, or (worker) the same server as a worker node: the same options, with --redis required,
+ * render slots the cores by default, and only /healthz and /metrics over HTTP. */
+int fc_cli_serve(int argc, char **argv, int worker) {
   static const struct option opts[] = {{"port", required_argument, 0, 'p'},
                                        {"host", required_argument, 0, 'H'},
                                        {"avatar", required_argument, 0, 'a'},
@@ -226,10 +232,11 @@ int fc_cmd_serve(int argc, char **argv) {
                                        {"video-retention", required_argument, 0, 1205},
                                        {"video-max-active", required_argument, 0, 1206},
                                        {"rate-limit", required_argument, 0, 1207},
+                                       {"redis", required_argument, 0, 1300},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   fc_server_params p = fc_server_params_default();
-  int c, err, unused = 0, ignored;
+  int c, err, unused = 0, ignored, slots_given = 0;
   const char *ref_file = NULL, *env_file = NULL, *tts_server = NULL, *webhook_secret_file = NULL;
   /* the options point into it for the server's whole life: kept until exit */
   static GPtrArray *keep;
@@ -370,6 +377,7 @@ int fc_cmd_serve(int argc, char **argv) {
     case 1203:
       if ((err = int_opt("--render-slots", optarg, 0, 1024, &p.render_slots))) return fc_cli_fail(err);
       if (!p.render_slots) p.render_slots = -1; /* 0: none here (the server's 0 is "the cores") */
+      slots_given = 1;
       break;
     case 1204: p.shared_dir = optarg; break;
     case 1205:
@@ -392,10 +400,14 @@ int fc_cmd_serve(int argc, char **argv) {
       if (!p.rate_limit_per_min) p.rate_limit_per_min = -1; /* 0: no limit */
       break;
     }
-    case 'h': serve_usage(stdout); return FC_EXIT_OK;
+    case 1300: p.redis_url = optarg; break;
+    case 'h':
+      if (worker) fc_cli_worker_usage(stdout);
+      else serve_usage(stdout);
+      return FC_EXIT_OK;
     default:
-      fprintf(stderr, "facecast: error: serve: unknown or incomplete option '%s'\n",
-              argv[optind - 1]);
+      fprintf(stderr, "facecast: error: %s: unknown or incomplete option '%s'\n",
+              worker ? "worker" : "serve", argv[optind - 1]);
       return FC_EXIT_INPUT;
     }
   }
@@ -433,6 +445,9 @@ int fc_cmd_serve(int argc, char **argv) {
   } else if (getenv("FACECAST_WEBHOOK_SECRET") && *getenv("FACECAST_WEBHOOK_SECRET")) {
     p.webhook_secret = getenv("FACECAST_WEBHOOK_SECRET");
   }
+  if ((err = worker ? fc_cli_worker_check(&p) : 0)) return fc_cli_fail(err);
+  /* an API node on Redis submits; it renders only when asked to (--render-slots K) */
+  if (!worker && p.redis_url && !slots_given) p.render_slots = -1;
   const char *tts_key = getenv("TTS_API_KEY");
   if (tts_key && *tts_key) p.tts_key = tts_key;
   else if (p.tts && !g_ascii_strcasecmp(p.tts, "openai")) p.tts_key = env_key;
@@ -444,12 +459,17 @@ int fc_cmd_serve(int argc, char **argv) {
   if ((err = fc_cli_lt_avatar(&p.avatar))) return fc_cli_fail(err); /* a LiveTalking folder */
   fc_server *srv = fc_server_create(&p, &err);
   if (!srv) return fc_cli_fail(err);
-  fprintf(stderr, "facecast: serving on %s://%s:%d/ (%d sessions max)\n",
-          p.tls_cert ? "https" : "http", p.host ? p.host : "0.0.0.0", fc_server_port(srv),
-          p.max_sessions);
+  if (worker)
+    fc_cli_worker_started(&p, fc_server_port(srv));
+  else
+    fprintf(stderr, "facecast: serving on %s://%s:%d/ (%d sessions max)\n",
+            p.tls_cert ? "https" : "http", p.host ? p.host : "0.0.0.0", fc_server_port(srv),
+            p.max_sessions);
   fflush(stderr);
   fc_server_run(srv, 1);
   fprintf(stderr, "facecast: stopping\n");
   fc_server_destroy(srv);
   return FC_EXIT_OK;
 }
+
+int fc_cmd_serve(int argc, char **argv) { return fc_cli_serve(argc, argv, 0); }

@@ -417,6 +417,13 @@ static int check_request(fc_server *srv, SoupServerMessage *msg, const char *pat
     refuse_now(srv, msg, 503, "Service Unavailable", "the server is stopping");
     return 0;
   }
+  /* A worker (facecast worker) renders what the job store hands out; it takes no requests
+   * but its health and its figures. */
+  if (srv->p.worker && strcmp(path, "/healthz") != 0 && strcmp(path, "/metrics") != 0) {
+    refuse_now(srv, msg, 404, "Not Found",
+               "a worker node serves /healthz and /metrics only (requests go to an API node)");
+    return 0;
+  }
   cors_apply(srv, msg);
   /* A preflight is answered here, before the key check (browsers send it without one); a
    * WHEP player's OPTIONS goes on to its route (its ICE servers, behind the key check); any
