@@ -192,6 +192,42 @@ static void test_poison_item(void) {
   fc_vstore_destroy(s);
 }
 
+/* A consumer gone for good (nothing pending, not seen for 40 claim times) leaves the group; one
+ * with an item pending stays (its item is taken over first). */
+static void test_dead_consumers_forgotten(void) {
+  char prefix[64], stream[96];
+  fresh_prefix(prefix, sizeof prefix);
+  snprintf(stream, sizeof stream, "%svwork", prefix);
+  fc_vstore *s = open_named(prefix, "alive", 25); /* forgotten after 1 s */
+  FC_REQUIRE(s);
+  fc_redis_params rp = {.url = url};
+  int err = 0;
+  fc_redis *r = fc_redis_create(&rp, &err);
+  FC_REQUIRE(r);
+  fc_resp *rep = NULL;
+  FC_CHECK_INT(fc_redis_cmd(r, &rep, "XGROUP", "CREATECONSUMER", stream, "render", "ghost", NULL), ==, 0);
+  fc_resp_free(rep);
+  g_usleep(1100 * 1000);
+  char id[40];
+  FC_REQUIRE(submit(s, "o", 1, id) == 0);
+  fc_vwork w; /* alive takes an item (a consumer exists once it has read one) */
+  FC_CHECK_INT(fc_vstore_take(s, 1000, &w), ==, 0);
+  FC_CHECK_INT(fc_vstore_shard_done(s, &w), ==, 0);
+  FC_REQUIRE(fc_redis_cmd(r, &rep, "XINFO", "CONSUMERS", stream, "render", NULL) == 0);
+  int ghost = 0, alive = 0;
+  for (size_t i = 0; rep && i < rep->n; i++)
+    for (size_t k = 0; k + 1 < rep->elem[i].n; k += 2)
+      if (!strcmp(rep->elem[i].elem[k].str ? rep->elem[i].elem[k].str : "", "name")) {
+        ghost += !strcmp(rep->elem[i].elem[k + 1].str, "ghost");
+        alive += !strcmp(rep->elem[i].elem[k + 1].str, "alive");
+      }
+  fc_resp_free(rep);
+  FC_CHECK_INT(ghost, ==, 0);
+  FC_CHECK_INT(alive, ==, 1);
+  fc_redis_destroy(r);
+  fc_vstore_destroy(s);
+}
+
 /* Nobody listening: every call answers FC_EIO quickly (the API answers 503), nothing hangs; a
  * store can be made while Redis is down, and works once it is up. */
 static void test_redis_down(void) {
@@ -242,6 +278,7 @@ int main(void) {
   FC_RUN(test_restart_between_submit_and_take);
   FC_RUN(test_group_and_scripts_lost);
   FC_RUN(test_poison_item);
+  FC_RUN(test_dead_consumers_forgotten);
   FC_RUN(test_redis_down);
   fc_test_redis_stop(server);
   nftw(tmpdir, rm_one, 8, FTW_DEPTH | FTW_PHYS);

@@ -31,6 +31,7 @@
 
 #include "facecast/error.h"
 #include "jobs/redis.h"
+#include "jobs/vstore_redis_lua.h"
 
 #include <glib.h>
 #include <stdio.h>
@@ -38,13 +39,18 @@
 #include <string.h>
 #include <unistd.h>
 
-#define GROUP "render"
+#define GROUP FC_VSTORE_REDIS_GROUP
 /* An item delivered this many times without being done fails its job: a shard that kills its
  * workers must not take down every worker in turn forever. */
 #define MAX_ATTEMPTS 5
 /* One XREADGROUP BLOCK at most this long, so idle items are looked for between waits. */
 #define BLOCK_SLICE_MS 2000
 #define IO_TIMEOUT_MS 10000
+/* A consumer with nothing pending and not seen for this many claim times (15 s: 10 min) is a
+ * process gone for good (a live worker reads every 2 s at most): it is removed from the group,
+ * so restarts and crashes do not pile names up there. Looked for every 4 claim times (1 min at
+ * most). */
+#define FORGET_CLAIMS 40
 
 typedef struct rstore {
   fc_vstore base;
@@ -52,215 +58,8 @@ typedef struct rstore {
   char *url, *prefix, *consumer, *stream;
   int claim_idle_ms, retention_s, max_jobs;
   int group_ok; /* the group was made (or found) on this connection's server */
+  gint64 next_forget_us; /* monotonic: when to look for dead consumers again */
 } rstore;
-
-/* --- the scripts --- */
-
-/* Shared Lua: progress in percent from the shards' per-mille: 99 when every shard is rendered
- * (100 is for the joined file), and never less than it was (a shard taken over starts again). */
-#define LUA_PROGRESS                                                                         \
-  "local function progress(P, id, shards)\n"                                                \
-  "  local sum = 0\n"                                                                       \
-  "  for _, v in ipairs(redis.call('HVALS', P..'vprog:'..id)) do sum = sum + tonumber(v) end\n" \
-  "  if shards <= 0 then return 0 end\n"                                                    \
-  "  local p = math.floor(99 * sum / (shards * 1000))\n"                                   \
-  "  if p > 99 then p = 99 end\n"                                                           \
-  "  local was = tonumber(redis.call('HGET', P..'vjob:'..id, 'progress')) or 0\n"           \
-  "  if was > p then p = was end\n"                                                         \
-  "  return p\n"                                                                            \
-  "end\n"
-
-/* Shared Lua: a job finishes (status, error, expiry) unless it already has. */
-#define LUA_FINISH                                                                           \
-  "local function finish(P, id, status, err, now, ret)\n"                                   \
-  "  local jk = P..'vjob:'..id\n"                                                           \
-  "  local st = redis.call('HGET', jk, 'status')\n"                                         \
-  "  if st ~= 'pending' and st ~= 'processing' then return false end\n"                     \
-  "  local exp = tonumber(now) + tonumber(ret)\n"                                           \
-  "  redis.call('HSET', jk, 'status', status, 'error', err, 'finished_ms', now,\n"          \
-  "             'expires_ms', exp)\n"                                                       \
-  "  redis.call('SREM', P..'vactive', id)\n"                                                \
-  "  redis.call('ZADD', P..'vexpire', exp, id)\n"                                           \
-  "  redis.call('DEL', P..'vdone:'..id, P..'vprog:'..id)\n"                                 \
-  "  return true\n"                                                                         \
-  "end\n"
-
-#define LUA_ACK                                                                              \
-  "local function ack(P, entry)\n"                                                          \
-  "  if entry ~= '' then\n"                                                                 \
-  "    redis.call('XACK', P..'vwork', '" GROUP "', entry)\n"                                \
-  "    redis.call('XDEL', P..'vwork', entry)\n"                                             \
-  "  end\n"                                                                                 \
-  "end\n"
-
-/* Shared Lua: a job and everything that names it goes. */
-#define LUA_REMOVE                                                                           \
-  "local function remove(P, id)\n"                                                          \
-  "  local jk = P..'vjob:'..id\n"                                                           \
-  "  local f = redis.call('HMGET', jk, 'owner', 'idem')\n"                                  \
-  "  redis.call('DEL', jk, P..'vdone:'..id, P..'vprog:'..id)\n"                             \
-  "  redis.call('ZREM', P..'vjobs', id)\n"                                                  \
-  "  if f[1] then redis.call('ZREM', P..'vjobs:owner:'..f[1], id) end\n"                    \
-  "  redis.call('ZREM', P..'vexpire', id)\n"                                                \
-  "  redis.call('SREM', P..'vactive', id)\n"                                                \
-  "  if f[2] and f[2] ~= '' then\n"                                                         \
-  "    local v = redis.call('GET', f[2])\n"                                                 \
-  "    if v and string.sub(v, 1, #id + 1) == id..' ' then redis.call('DEL', f[2]) end\n"    \
-  "  end\n"                                                                                 \
-  "end\n"
-
-enum { S_SUBMIT, S_TAKEN, S_TOUCH, S_PROGRESS, S_SHARD_DONE, S_COMPLETE, S_FAIL, S_DELETE,
-       S_EXPIRE, S_WEBHOOK, S_COUNT };
-
-/* ARGV[1] is always the prefix. */
-static const char *const scripts[S_COUNT] = {
-    /* submit: id, idem key name (""), sha, owner, request id, created, shards, spec, plan,
-     * webhook, max unfinished. → {"ok", id} | {"exists", id} | {"conflict", id} |
-     * {"taken", id} (the id is another job's) | {"busy", n} */
-    [S_SUBMIT] =
-        "local P, id, ik = ARGV[1], ARGV[2], ARGV[3]\n"
-        "if ik ~= '' then\n"
-        "  local v = redis.call('GET', ik)\n"
-        "  if v then\n"
-        "    local sp = string.find(v, ' ', 1, true)\n"
-        "    local oid, osha = string.sub(v, 1, sp - 1), string.sub(v, sp + 1)\n"
-        "    if redis.call('EXISTS', P..'vjob:'..oid) == 1 then\n"
-        "      if osha == ARGV[4] then return {'exists', oid} end\n"
-        "      return {'conflict', oid}\n"
-        "    end\n"
-        "  end\n"
-        "end\n"
-        "local jk = P..'vjob:'..id\n"
-        "if redis.call('EXISTS', jk) == 1 then return {'taken', id} end\n"
-        "local busy = redis.call('SCARD', P..'vactive')\n"
-        "if busy >= tonumber(ARGV[12]) then return {'busy', tostring(busy)} end\n"
-        "if ik ~= '' then redis.call('SET', ik, id..' '..ARGV[4]) end\n"
-        "redis.call('HSET', jk, 'id', id, 'owner', ARGV[5], 'request_id', ARGV[6],\n"
-        "  'status', 'pending', 'progress', '0', 'error', '', 'shards', ARGV[8],\n"
-        "  'shards_done', '0', 'created_ms', ARGV[7], 'started_ms', '0', 'finished_ms', '0',\n"
-        "  'expires_ms', '0', 'seconds', '0', 'frames', '0', 'spec', ARGV[9], 'plan', ARGV[10],\n"
-        "  'webhook', ARGV[11], 'idem', ik)\n"
-        "redis.call('ZADD', P..'vjobs', ARGV[7], id)\n"
-        "redis.call('ZADD', P..'vjobs:owner:'..ARGV[5], ARGV[7], id)\n"
-        "redis.call('SADD', P..'vactive', id)\n"
-        "local n = tonumber(ARGV[8])\n"
-        "if n <= 0 then\n"
-        "  redis.call('HSET', jk, 'join', '1')\n"
-        "  redis.call('XADD', P..'vwork', '*', 'job', id, 'shard', '-1')\n"
-        "end\n"
-        "for k = 0, n - 1 do redis.call('XADD', P..'vwork', '*', 'job', id, 'shard', tostring(k)) end\n"
-        "return {'ok', id}\n",
-    /* taken: id, shard, now → "processing" (work on it) or why not ("gone", "canceled",
-     * "completed", "failed", "done") */
-    [S_TAKEN] =
-        "local P, id = ARGV[1], ARGV[2]\n"
-        "local jk = P..'vjob:'..id\n"
-        "local st = redis.call('HGET', jk, 'status')\n"
-        "if not st then return 'gone' end\n"
-        "if st ~= 'pending' and st ~= 'processing' then return st end\n"
-        "if tonumber(ARGV[3]) >= 0 and redis.call('SISMEMBER', P..'vdone:'..id, ARGV[3]) == 1 then\n"
-        "  return 'done'\n"
-        "end\n"
-        "if st == 'pending' then redis.call('HSET', jk, 'status', 'processing', 'started_ms', ARGV[4]) end\n"
-        "return 'processing'\n",
-    /* touch: entry, consumer, id → "ok" | "lost" (another consumer has it) | "canceled" */
-    [S_TOUCH] =
-        "local P, entry, me, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]\n"
-        "local p = redis.call('XPENDING', P..'vwork', '" GROUP "', entry, entry, 1)\n"
-        "if #p == 0 or p[1][2] ~= me then return 'lost' end\n"
-        "redis.call('XCLAIM', P..'vwork', '" GROUP "', me, 0, entry, 'JUSTID')\n"
-        "local st = redis.call('HGET', P..'vjob:'..id, 'status')\n"
-        "if st ~= 'pending' and st ~= 'processing' then return 'canceled' end\n"
-        "return 'ok'\n",
-    /* progress: id, shard, done, total, now → the job's progress; -1: no such job, -2: no such
-     * shard, -3: finished (nothing changes) */
-    [S_PROGRESS] = LUA_PROGRESS
-        "local P, id, shard = ARGV[1], ARGV[2], ARGV[3]\n"
-        "local jk = P..'vjob:'..id\n"
-        "local st = redis.call('HGET', jk, 'status')\n"
-        "if not st then return -1 end\n"
-        "local shards = tonumber(redis.call('HGET', jk, 'shards'))\n"
-        "if tonumber(shard) < 0 or tonumber(shard) >= shards then return -2 end\n"
-        "if st ~= 'pending' and st ~= 'processing' then return -3 end\n"
-        "if st == 'pending' then redis.call('HSET', jk, 'status', 'processing', 'started_ms', ARGV[6]) end\n"
-        "local done, total = tonumber(ARGV[4]), tonumber(ARGV[5])\n"
-        "local pm = 0\n"
-        "if total > 0 then pm = math.floor(done * 1000 / total) end\n"
-        "if pm < 0 then pm = 0 end\n"
-        "if pm > 999 then pm = 999 end\n"
-        "if tonumber(shard) >= 0 and redis.call('SISMEMBER', P..'vdone:'..id, shard) == 0 then\n"
-        "  redis.call('HSET', P..'vprog:'..id, shard, pm)\n"
-        "end\n"
-        "local p = progress(P, id, shards)\n"
-        "redis.call('HSET', jk, 'progress', p)\n"
-        "return p\n",
-    /* shard done: id, shard, entry → 0 (job finished or gone), 1 (counted), 2 (join queued),
-     * 3 (counted before), -1 (no such shard) */
-    [S_SHARD_DONE] = LUA_PROGRESS LUA_ACK
-        "local P, id, shard, entry = ARGV[1], ARGV[2], ARGV[3], ARGV[4]\n"
-        "local jk = P..'vjob:'..id\n"
-        "local st = redis.call('HGET', jk, 'status')\n"
-        "if st and tonumber(shard) >= tonumber(redis.call('HGET', jk, 'shards')) then return -1 end\n"
-        "ack(P, entry)\n"
-        "if st ~= 'pending' and st ~= 'processing' then return 0 end\n"
-        "if redis.call('SADD', P..'vdone:'..id, shard) == 0 then return 3 end\n"
-        "redis.call('HSET', P..'vprog:'..id, shard, '1000')\n"
-        "local n = redis.call('SCARD', P..'vdone:'..id)\n"
-        "local shards = tonumber(redis.call('HGET', jk, 'shards'))\n"
-        "redis.call('HSET', jk, 'shards_done', n, 'progress', progress(P, id, shards))\n"
-        "if n >= shards and redis.call('HSETNX', jk, 'join', '1') == 1 then\n"
-        "  redis.call('XADD', P..'vwork', '*', 'job', id, 'shard', '-1')\n"
-        "  return 2\n"
-        "end\n"
-        "return 1\n",
-    /* complete: id, entry, now, retention ms, frames, seconds → 1, or 0 (finished before) */
-    [S_COMPLETE] = LUA_FINISH LUA_ACK
-        "local P, id = ARGV[1], ARGV[2]\n"
-        "ack(P, ARGV[3])\n"
-        "if not finish(P, id, 'completed', '', ARGV[4], ARGV[5]) then return 0 end\n"
-        "redis.call('HSET', P..'vjob:'..id, 'progress', '100', 'frames', ARGV[6],\n"
-        "           'seconds', ARGV[7], 'shards_done', redis.call('HGET', P..'vjob:'..id, 'shards'))\n"
-        "return 1\n",
-    /* fail: id, entry, now, retention ms, error → 1, or 0 (finished before) */
-    [S_FAIL] = LUA_FINISH LUA_ACK
-        "local P, id = ARGV[1], ARGV[2]\n"
-        "ack(P, ARGV[3])\n"
-        "if not finish(P, id, 'failed', ARGV[6], ARGV[4], ARGV[5]) then return 0 end\n"
-        "return 1\n",
-    /* delete: id, now, retention ms → "notfound" | "canceled" | "removed" */
-    [S_DELETE] = LUA_FINISH LUA_REMOVE
-        "local P, id = ARGV[1], ARGV[2]\n"
-        "if redis.call('EXISTS', P..'vjob:'..id) == 0 then return 'notfound' end\n"
-        "if finish(P, id, 'canceled', 'canceled by the client', ARGV[3], ARGV[4]) then\n"
-        "  return 'canceled'\n"
-        "end\n"
-        "remove(P, id)\n"
-        "return 'removed'\n",
-    /* expire: id, now → 1 when this call removed it */
-    [S_EXPIRE] = LUA_REMOVE
-        "local P, id = ARGV[1], ARGV[2]\n"
-        "local t = redis.call('ZSCORE', P..'vexpire', id)\n"
-        "if not t or tonumber(t) > tonumber(ARGV[3]) then return 0 end\n"
-        "remove(P, id)\n"
-        "return 1\n",
-    /* webhook: id, attempts json → 1, or 0 (no such job) */
-    [S_WEBHOOK] =
-        "local jk = ARGV[1]..'vjob:'..ARGV[2]\n"
-        "if redis.call('EXISTS', jk) == 0 then return 0 end\n"
-        "redis.call('HSET', jk, 'webhook', ARGV[3])\n"
-        "return 1\n",
-};
-
-static char script_sha[S_COUNT][41];
-
-static void *compute_shas(void *unused) {
-  for (int i = 0; i < S_COUNT; i++) {
-    gchar *h = g_compute_checksum_for_string(G_CHECKSUM_SHA1, scripts[i], -1);
-    g_strlcpy(script_sha[i], h, sizeof script_sha[i]);
-    g_free(h);
-  }
-  return NULL;
-}
 
 /* --- talking to Redis --- */
 
@@ -332,14 +131,14 @@ static int eval(rstore *s, int which, fc_resp **rep, int nargs, const char *cons
   const char *argv[MAX_ARGS + 4];
   int argc = 0;
   argv[argc++] = "EVALSHA";
-  argv[argc++] = script_sha[which];
+  argv[argc++] = fc_vstore_redis_lua_sha[which];
   argv[argc++] = "0";
   argv[argc++] = s->prefix;
   for (int i = 0; i < nargs && i < MAX_ARGS; i++) argv[argc++] = args[i];
   int err = command(s, argc, argv, NULL, rep);
   if (is_remote(err, "NOSCRIPT")) {
     argv[0] = "EVAL";
-    argv[1] = scripts[which];
+    argv[1] = fc_vstore_redis_lua[which];
     err = command(s, argc, argv, NULL, rep);
   }
   return err == FC_EREMOTE ? remote_error() : err;
@@ -433,8 +232,7 @@ static rstore *rstore_new(const char *url, const char *prefix, const char *consu
 }
 
 fc_vstore *fc_vstore_redis_create(const fc_vstore_params *p, int *err) {
-  static GOnce once = G_ONCE_INIT;
-  g_once(&once, compute_shas, NULL);
+  fc_vstore_redis_lua_init();
   char consumer[200];
   if (p->consumer && p->consumer[0]) {
     g_strlcpy(consumer, p->consumer, sizeof consumer);
@@ -497,7 +295,7 @@ static int r_submit(fc_vstore *base, fc_vjob *j, const char *idem_key, const cha
                         j->plan_json ? j->plan_json : "",
                         j->webhook_json ? j->webhook_json : "[]", max};
   fc_resp *rep = NULL;
-  int err = eval(s, S_SUBMIT, &rep, G_N_ELEMENTS(args), args);
+  int err = eval(s, VLUA_SUBMIT, &rep, G_N_ELEMENTS(args), args);
   g_free(ik);
   if (err) return err;
   const char *what = rep->type == FC_RESP_ARRAY && rep->n == 2 ? rstr(&rep->elem[0]) : NULL;
@@ -590,7 +388,7 @@ static int r_del(fc_vstore *base, const char *id) {
   args_now(now, ret, s);
   const char *args[] = {id, now, ret};
   fc_resp *rep = NULL;
-  int err = eval(s, S_DELETE, &rep, 3, args);
+  int err = eval(s, VLUA_DELETE, &rep, 3, args);
   if (err) return err;
   const char *what = rstr(rep);
   if (!what) err = bad_reply("delete");
@@ -622,7 +420,7 @@ static int r_expire(fc_vstore *base, int64_t now_ms, void (*drop)(void *user, co
       const char *args[] = {id, now};
       fc_resp *r2 = NULL;
       /* the script removes it only if it is still due: another node may have been first */
-      if (eval(s, S_EXPIRE, &r2, 2, args) == 0 && r2->type == FC_RESP_INTEGER && r2->integer == 1) {
+      if (eval(s, VLUA_EXPIRE, &r2, 2, args) == 0 && r2->type == FC_RESP_INTEGER && r2->integer == 1) {
         removed++;
         if (drop) drop(user, id);
       }
@@ -729,7 +527,7 @@ static int accept_item(rstore *s, fc_vwork *w) {
   snprintf(now, sizeof now, "%lld", (long long)now_wall_ms());
   const char *args[] = {w->job, shard, now};
   fc_resp *rep = NULL;
-  int err = eval(s, S_TAKEN, &rep, 3, args);
+  int err = eval(s, VLUA_TAKEN, &rep, 3, args);
   if (err) return err;
   int use = rstr(rep) && !strcmp(rstr(rep), "processing");
   fc_resp_free(rep);
@@ -776,9 +574,44 @@ static int claim_idle(rstore *s, fc_vwork *w) {
   return FC_EAGAIN;
 }
 
+/* Removes the group's consumers that are gone (see FORGET_CLAIMS); errors are left for the
+ * next command to meet. XINFO CONSUMERS: [[name, N, pending, N, idle, N, ...], ...]. */
+static void forget_dead_consumers(rstore *s) {
+  gint64 now = g_get_monotonic_time();
+  if (now < s->next_forget_us) return;
+  gint64 every_ms = 4LL * s->claim_idle_ms < 60000 ? 4LL * s->claim_idle_ms : 60000;
+  s->next_forget_us = now + every_ms * 1000;
+  const char *argv[] = {"XINFO", "CONSUMERS", s->stream, GROUP};
+  fc_resp *rep = NULL;
+  if (command(s, 4, argv, NULL, &rep) == 0 && rep->type == FC_RESP_ARRAY) {
+    for (size_t i = 0; i < rep->n; i++) {
+      const fc_resp *c = &rep->elem[i];
+      const char *name = NULL;
+      long long pending = -1, idle = -1;
+      for (size_t k = 0; k + 1 < c->n && (c->type == FC_RESP_ARRAY || c->type == FC_RESP_MAP); k += 2) {
+        const char *f = rstr(&c->elem[k]);
+        const fc_resp *v = &c->elem[k + 1];
+        if (!f) continue;
+        if (!strcmp(f, "name")) name = rstr(v);
+        else if (!strcmp(f, "pending") && v->type == FC_RESP_INTEGER) pending = v->integer;
+        else if (!strcmp(f, "idle") && v->type == FC_RESP_INTEGER) idle = v->integer;
+      }
+      if (!name || pending != 0 || idle < (long long)FORGET_CLAIMS * s->claim_idle_ms ||
+          !strcmp(name, s->consumer))
+        continue;
+      const char *del[] = {"XGROUP", "DELCONSUMER", s->stream, GROUP, name};
+      fc_resp *r2 = NULL;
+      command(s, 5, del, NULL, &r2);
+      fc_resp_free(r2);
+    }
+  }
+  fc_resp_free(rep);
+}
+
 static int r_take(fc_vstore *base, int timeout_ms, fc_vwork *w) {
   rstore *s = (rstore *)base;
   gint64 deadline = g_get_monotonic_time() + (gint64)timeout_ms * 1000;
+  forget_dead_consumers(s);
   for (;;) {
     int err = claim_idle(s, w);
     if (err != FC_EAGAIN) return err;
@@ -822,7 +655,7 @@ static int r_touch(fc_vstore *base, const fc_vwork *w) {
   rstore *s = (rstore *)base;
   const char *args[] = {w->entry, s->consumer, w->job};
   fc_resp *rep = NULL;
-  int err = eval(s, S_TOUCH, &rep, 3, args);
+  int err = eval(s, VLUA_TOUCH, &rep, 3, args);
   if (err) return err;
   const char *what = rstr(rep);
   if (!what) err = bad_reply("touch");
@@ -844,7 +677,7 @@ static int r_progress(fc_vstore *base, const char *job, int shard, int64_t done,
   snprintf(now, sizeof now, "%lld", (long long)now_wall_ms());
   const char *args[] = {job, k, d, t, now};
   fc_resp *rep = NULL;
-  int err = eval(s, S_PROGRESS, &rep, 5, args);
+  int err = eval(s, VLUA_PROGRESS, &rep, 5, args);
   if (!err && rep->type != FC_RESP_INTEGER) err = bad_reply("progress");
   else if (!err && rep->integer == -1) err = fc_error_set(FC_ENOTFOUND, "no video job %s", job);
   else if (!err && rep->integer == -2)
@@ -859,7 +692,7 @@ static int r_shard_done(fc_vstore *base, const fc_vwork *w) {
   snprintf(k, sizeof k, "%d", w->shard);
   const char *args[] = {w->job, k, w->entry};
   fc_resp *rep = NULL;
-  int err = eval(s, S_SHARD_DONE, &rep, 3, args);
+  int err = eval(s, VLUA_SHARD_DONE, &rep, 3, args);
   if (!err && rep->type != FC_RESP_INTEGER) err = bad_reply("shard done");
   else if (!err && rep->integer == -1)
     err = fc_error_set(FC_EINVAL, "video job %s has no shard %d", w->job, w->shard);
@@ -887,18 +720,18 @@ static int r_complete(fc_vstore *base, const fc_vwork *w, int64_t frames, double
   char f[24], sec[G_ASCII_DTOSTR_BUF_SIZE];
   snprintf(f, sizeof f, "%lld", (long long)frames);
   g_ascii_dtostr(sec, sizeof sec, seconds);
-  return finish((rstore *)base, S_COMPLETE, w, f, sec);
+  return finish((rstore *)base, VLUA_COMPLETE, w, f, sec);
 }
 
 static int r_fail(fc_vstore *base, const fc_vwork *w, const char *error) {
-  return finish((rstore *)base, S_FAIL, w, error, NULL);
+  return finish((rstore *)base, VLUA_FAIL, w, error, NULL);
 }
 
 static int r_set_webhook(fc_vstore *base, const char *job, const char *attempts_json) {
   rstore *s = (rstore *)base;
   const char *args[] = {job, attempts_json};
   fc_resp *rep = NULL;
-  int err = eval(s, S_WEBHOOK, &rep, 2, args);
+  int err = eval(s, VLUA_WEBHOOK, &rep, 2, args);
   if (!err && (rep->type != FC_RESP_INTEGER || rep->integer != 1))
     err = fc_error_set(FC_ENOTFOUND, "no video job %s", job);
   fc_resp_free(rep);
