@@ -18,12 +18,14 @@ pkgs=(
   nginx libnginx-mod-rtmp
   coturn redis-server
   python3-gi gir1.2-gstreamer-1.0 gir1.2-gst-plugins-base-1.0 gir1.2-gst-plugins-bad-1.0
+  libpango1.0-dev libcairo2-dev fonts-dejavu-core
 )
 # nginx with its RTMP module is the RTMP server of tests/e2e_rtmp.sh, which starts its own as
 # an ordinary user; Debian's package also sets up the system's nginx service on port 80, which
 # facecast does not use (`systemctl disable --now nginx` where it is not wanted).
 # redis-server is the Redis of tests/test_redis.c, which starts its own on a free port in a
 # temporary folder (Debian's package also sets up a system service on 6379, unused by the tests).
+# Pango/Cairo and a font draw the captions burned into bulk videos (src/bulk/frame.c).
 # PyGObject with GStreamer's introspection data is the WHIP endpoint of tests/e2e_whip.sh
 # (webrtcbin answering and decoding, driven from the system's /usr/bin/python3).
 # Node.js 20 (for the browser tests' playwright-core) comes with the machine; Debian's nodejs

@@ -10,6 +10,7 @@
 #include "facecast/error.h"
 #include "facecast/lipsync.h"
 #include "fc_test.h"
+#include "avatar/image.h"
 #include "media/h264enc.h"
 
 #include <glib.h>
@@ -173,6 +174,25 @@ static void test_h264_split(void) {
 /* ---- rendering ---- */
 
 static fc_avatar *the_avatar;
+static fc_lipsync *the_backend;
+static fc_lipsync_pool *the_pool;
+
+/* The default avatar at SIDE×SIDE and a pool over the default backend, for every render. */
+static void setup(void) {
+  int err;
+  fc_avatar_params ap = fc_avatar_params_default();
+  ap.width = ap.height = SIDE;
+  the_avatar = fc_avatar_create_from_image(fc_avatar_default_path(), &ap, &err);
+  the_backend = fc_lipsync_create(&(fc_lipsync_params){0}, &err);
+  fc_lipsync_pool_params pp = {.backends = &the_backend, .n_backends = 1, .gather_ms = -1};
+  if (the_avatar && the_backend) the_pool = fc_lipsync_pool_create(&pp, &err);
+}
+
+static void teardown(void) {
+  fc_lipsync_pool_destroy(the_pool);
+  fc_lipsync_destroy(the_backend);
+  fc_avatar_destroy(the_avatar);
+}
 
 static fc_avatar *get_avatar(void *user, const char *id, int *err) {
   (void)user, (void)id;
@@ -233,16 +253,8 @@ static void test_render_join(void) {
   int err;
   char dir[] = "/tmp/fc_bulk_XXXXXX";
   FC_REQUIRE(mkdtemp(dir));
-  fc_avatar_params ap = fc_avatar_params_default();
-  ap.width = ap.height = SIDE;
-  the_avatar = fc_avatar_create_from_image(fc_avatar_default_path(), &ap, &err);
-  FC_REQUIRE(the_avatar);
-  fc_lipsync *ls = fc_lipsync_create(&(fc_lipsync_params){0}, &err);
-  FC_REQUIRE(ls);
-  fc_lipsync_pool_params pp = {.backends = &ls, .n_backends = 1, .gather_ms = -1};
-  fc_lipsync_pool *pool = fc_lipsync_pool_create(&pp, &err);
-  FC_REQUIRE(pool);
-  fc_video_env env = {.pool = pool, .avatar_get = get_avatar, .avatar_put = put_avatar,
+  FC_REQUIRE(the_pool);
+  fc_video_env env = {.pool = the_pool, .avatar_get = get_avatar, .avatar_put = put_avatar,
                       .shared_dir = dir, .encoder_threads = 1};
 
   const char *j = "{\"script\":\"Welcome to the bulk renderer. Every shard is spoken on its own. "
@@ -385,17 +397,172 @@ static void test_render_join(void) {
   for (int k = 0; k < ns; k++) fc_shard_meta_free(&m[k]);
   fc_video_plan_free(p);
   fc_video_spec_free(s);
-  fc_lipsync_pool_destroy(pool);
-  fc_lipsync_destroy(ls);
-  fc_avatar_destroy(the_avatar);
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   FC_CHECK(system(cmd) == 0);
+}
+
+static void test_cues_split(void) {
+  const fc_cue in[2] = {{"Short one.", 0, 16000},
+                        {"This sentence is rather long and has to be cut into a few pieces "
+                         "so that it fits.", 16000, 48000}};
+  int n = 0;
+  fc_cue *out = fc_cues_split(in, 2, 30, &n);
+  FC_REQUIRE(out);
+  FC_CHECK(n >= 4 && n <= 5); /* 83 characters in pieces of at most 30, cut at spaces */
+  FC_CHECK(!strcmp(out[0].text, "Short one.") && out[0].start == 0 && out[0].end == 16000);
+  GString *joined = g_string_new(NULL);
+  for (int i = 1; i < n; i++) {
+    FC_CHECK(g_utf8_strlen(out[i].text, -1) <= 30);
+    FC_CHECK(out[i].text[0] != ' ' && out[i].end > out[i].start);
+    FC_CHECK_INT(out[i].start, ==, i == 1 ? 16000 : out[i - 1].end);
+    g_string_append_printf(joined, "%s%s", i > 1 ? " " : "", out[i].text);
+  }
+  FC_CHECK_INT(out[n - 1].end, ==, 48000);
+  FC_CHECK(!strcmp(joined->str, in[1].text)); /* nothing lost at the cuts */
+  g_string_free(joined, TRUE);
+  fc_cues_free(out, n);
+}
+
+/* Renders spec json (one shard) into dir/name.mp4 and decodes it as RGB; *frames: its count. */
+static uint8_t *render_rgb(const char *dir, const char *json, const char *name, int w, int h,
+                           int *frames) {
+  fc_video_env env = {.pool = the_pool, .avatar_get = get_avatar, .avatar_put = put_avatar,
+                      .shared_dir = dir, .encoder_threads = 1};
+  fc_video_spec *s = NULL;
+  fc_video_plan *p = NULL;
+  uint8_t *rgb = NULL;
+  char out[512], srt[512], cmd[1024];
+  int err = fc_video_spec_parse(json, strlen(json), &s);
+  if (!err) err = fc_video_plan_create(s, 1, 0, &p);
+  if (!err) err = fc_video_shard_render(s, p, 0, &env, dir, NULL, NULL, NULL);
+  snprintf(out, sizeof out, "%s/%s.mp4", dir, name);
+  snprintf(srt, sizeof srt, "%s/%s.srt", dir, name);
+  fc_video_result res;
+  if (!err) err = fc_video_join(s, p, dir, out, srt, NULL, &res);
+  if (err) fprintf(stderr, "%s: %s\n", name, fc_error_detail(err));
+  if (!err) {
+    snprintf(cmd, sizeof cmd, "ffmpeg -v error -i '%s' -f rawvideo -pix_fmt rgb24 -", out);
+    size_t n = 0;
+    rgb = slurp_cmd(cmd, &n);
+    *frames = (int)(n / ((size_t)w * h * 3));
+    if (rgb && (n % ((size_t)w * h * 3) || *frames != res.frames)) {
+      fprintf(stderr, "%s: %zu bytes of pictures for %lld frames\n", name, n, (long long)res.frames);
+      free(rgb);
+      rgb = NULL;
+    }
+  }
+  if (p) fc_video_shards_remove(p, dir);
+  fc_video_plan_free(p);
+  fc_video_spec_free(s);
+  return rgb;
+}
+
+static const uint8_t *px(const uint8_t *rgb, int w, int h, int f, int x, int y) {
+  return rgb + (((size_t)f * h + y) * w + x) * 3;
+}
+
+/* Mean absolute difference of two frames' RGB over rows [y0, y1). */
+static double row_diff(const uint8_t *a, const uint8_t *b, int w, int h, int f, int y0, int y1) {
+  double d = 0;
+  for (int y = y0; y < y1; y++)
+    for (int x = 0; x < w * 3; x++) d += abs(px(a, w, h, f, 0, y)[x] - px(b, w, h, f, 0, y)[x]);
+  return d / ((double)(y1 - y0) * w * 3);
+}
+
+/* A 640×360 canvas around the 256×256 avatar: the background colour or image where the avatar
+ * is not, the avatar scaled to 360×360 in the middle; captions burned in over the bottom only. */
+static void test_canvas_captions(void) {
+  char dir[] = "/tmp/fc_bulkc_XXXXXX", cmd[600];
+  FC_REQUIRE(mkdtemp(dir));
+  FC_REQUIRE(the_pool);
+  const int W = 640, H = 360;
+  int n1 = 0, n2 = 0, n3 = 0;
+  const char *script = "Captions go at the bottom. The face stays where it was.";
+  char j[512];
+  snprintf(j, sizeof j, "{\"script\":\"%s\",\"size\":\"640x360\",\"background\":\"#ff0000\"}",
+           script);
+  uint8_t *plain = render_rgb(dir, j, "plain", W, H, &n1);
+  snprintf(j, sizeof j, "{\"script\":\"%s\",\"size\":\"640x360\",\"background\":\"#ff0000\","
+           "\"captions\":true}", script);
+  uint8_t *capt = render_rgb(dir, j, "capt", W, H, &n2);
+  FC_REQUIRE(plain && capt);
+  /* espeak's pauses vary by a frame or two from one call to the next */
+  FC_CHECK(abs(n1 - n2) <= 5);
+  FC_CHECK(n1 > 50);
+  /* background: red at the sides; the avatar (not red) in the middle */
+  const uint8_t *c = px(plain, W, H, 10, 20, 100);
+  FC_CHECK(c[0] > 200 && c[1] < 60 && c[2] < 60);
+  c = px(plain, W, H, 10, W - 20, 100);
+  FC_CHECK(c[0] > 200 && c[1] < 60 && c[2] < 60);
+  int not_red = 0;
+  for (int x = 150; x < 490; x += 10) {
+    c = px(plain, W, H, 10, x, 100);
+    not_red += !(c[0] > 200 && c[1] < 60 && c[2] < 60);
+  }
+  FC_CHECK(not_red > 25);
+  /* captions: the top half as without them; the bottom quarter differs while a cue shows, and
+   * so does the SRT exist */
+  const int mid = (n1 < n2 ? n1 : n2) / 4;
+  const double top = row_diff(plain, capt, W, H, mid, 0, H / 2);
+  const double bottom = row_diff(plain, capt, W, H, mid, H * 3 / 4, H - H / 20);
+  fprintf(stderr, "captions: top rows differ by %.2f, bottom rows by %.2f\n", top, bottom);
+  FC_CHECK(top < 2.0);
+  FC_CHECK(bottom > 8.0);
+  int white = 0;
+  for (int y = H * 3 / 4; y < H; y++)
+    for (int x = 0; x < W; x++) {
+      c = px(capt, W, H, mid, x, y);
+      white += c[0] > 220 && c[1] > 220 && c[2] > 220;
+    }
+  FC_CHECK(white > 100);
+  snprintf(cmd, sizeof cmd, "%s/capt.srt", dir);
+  FC_CHECK(g_file_test(cmd, G_FILE_TEST_EXISTS));
+  free(plain), free(capt);
+
+  /* a background image, scaled to cover: its left half blue, its right half green */
+  fc_image bg = {0};
+  FC_REQUIRE(fc_image_alloc(&bg, 64, 32) == 0);
+  for (int y = 0; y < 32; y++)
+    for (int x = 0; x < 64; x++) {
+      uint8_t *p = bg.rgb + (size_t)y * bg.stride + (size_t)x * 3;
+      p[0] = 0, p[1] = x < 32 ? 0 : 255, p[2] = x < 32 ? 255 : 0;
+    }
+  snprintf(cmd, sizeof cmd, "%s/bg.png", dir);
+  FC_REQUIRE(fc_image_save_png(cmd, &bg) == 0);
+  fc_image_free(&bg);
+  uint8_t *img = render_rgb(dir, "{\"script\":\"Hello.\",\"size\":{\"width\":640,\"height\":360},"
+                            "\"background\":{\"image\":\"bg.png\"}}", "img", W, H, &n3);
+  FC_REQUIRE(img);
+  c = px(img, W, H, 0, 8, 180);
+  FC_CHECK(c[2] > 200 && c[1] < 60);
+  c = px(img, W, H, 0, W - 8, 180);
+  FC_CHECK(c[1] > 200 && c[2] < 60);
+  free(img);
+  /* a missing image: an error naming the field */
+  fc_video_spec *s = NULL;
+  fc_video_plan *p = NULL;
+  const char *bad = "{\"script\":\"Hi.\",\"size\":\"320x240\",\"background\":{\"image\":\"no.png\"}}";
+  FC_REQUIRE(fc_video_spec_parse(bad, strlen(bad), &s) == 0 && fc_video_plan_create(s, 1, 0, &p) == 0);
+  fc_video_env env = {.pool = the_pool, .avatar_get = get_avatar, .avatar_put = put_avatar,
+                      .shared_dir = dir};
+  int err = fc_video_shard_render(s, p, 0, &env, dir, NULL, NULL, NULL);
+  FC_CHECK(err < 0 && strstr(fc_error_detail(err), "background.image"));
+  FC_CHECK(!fc_video_shard_done(p, 0, dir));
+  fc_video_plan_free(p);
+  fc_video_spec_free(s);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (getenv("FC_TEST_KEEP")) fprintf(stderr, "kept %s\n", dir); /* to look at the videos */
+  else FC_CHECK(system(cmd) == 0);
 }
 
 int main(void) {
   FC_RUN(test_spec);
   FC_RUN(test_plan);
   FC_RUN(test_h264_split);
+  setup();
   FC_RUN(test_render_join);
+  FC_RUN(test_cues_split);
+  FC_RUN(test_canvas_captions);
+  teardown();
   FC_TEST_EXIT();
 }

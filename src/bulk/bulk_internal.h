@@ -51,6 +51,12 @@ FILE *fc_bulk_tmp_open(const char *path, char **tmp, int *err);
 /* Closes f (flushing it) and renames tmp to path; on any failure removes tmp. */
 int fc_bulk_tmp_commit(FILE *f, char *tmp, const char *path);
 
+/* Cues whose text is longer than max_chars characters cut into pieces (at spaces), each shown
+ * for its share of the cue's time by characters: captions of at most two lines. Texts owned
+ * (fc_cues_free). */
+fc_cue *fc_cues_split(const fc_cue *cues, int n, int max_chars, int *n_out);
+void fc_cues_free(fc_cue *cues, int n);
+
 /* SRT / VTT text of cues (times in samples at 16 kHz). g_free. */
 char *fc_captions_srt(const fc_cue *cues, int n);
 char *fc_captions_vtt(const fc_cue *cues, int n);

@@ -257,3 +257,52 @@ char *fc_captions_vtt(const fc_cue *cues, int n) {
   }
   return g_string_free(o, FALSE);
 }
+
+/* ---- long cues in pieces ---- */
+
+fc_cue *fc_cues_split(const fc_cue *cues, int n, int max_chars, int *n_out) {
+  GArray *a = g_array_new(FALSE, FALSE, sizeof(fc_cue));
+  if (max_chars < 8) max_chars = 8;
+  for (int i = 0; i < n; i++) {
+    const char *t = cues[i].text;
+    const glong total = g_utf8_strlen(t, -1);
+    if (total <= max_chars) {
+      fc_cue c = {g_strdup(t), cues[i].start, cues[i].end};
+      g_array_append_val(a, c);
+      continue;
+    }
+    /* Pieces of about total / ceil(total / max_chars) characters, cut at spaces (or, with no
+     * space near, at a character), each shown for its share of the cue's time. */
+    const glong pieces = (total + max_chars - 1) / max_chars, want = (total + pieces - 1) / pieces;
+    glong done = 0;
+    const char *p = t;
+    while (*p) {
+      const char *q = p, *space = NULL;
+      glong k = 0;
+      while (*q && k < want) {
+        if (*q == ' ') space = q;
+        q = g_utf8_next_char(q);
+        k++;
+      }
+      if (*q && *q != ' ' && space && space > p) { /* back to the last space */
+        k -= g_utf8_pointer_to_offset(space, q);
+        q = space;
+      }
+      fc_cue c = {g_strstrip(g_strndup(p, (gsize)(q - p))), 0, 0};
+      c.start = cues[i].start + (cues[i].end - cues[i].start) * done / total;
+      done += k;
+      while (*q == ' ') q = g_utf8_next_char(q), done++;
+      c.end = *q ? cues[i].start + (cues[i].end - cues[i].start) * done / total : cues[i].end;
+      if (c.text[0]) g_array_append_val(a, c);
+      else g_free(c.text);
+      p = q;
+    }
+  }
+  *n_out = (int)a->len;
+  return (fc_cue *)(void *)g_array_free(a, FALSE);
+}
+
+void fc_cues_free(fc_cue *cues, int n) {
+  for (int i = 0; i < n; i++) g_free(cues[i].text);
+  g_free(cues);
+}

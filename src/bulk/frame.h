@@ -15,11 +15,13 @@ fc_bulk_frame *fc_bulk_frame_create(const fc_video_spec *s, const fc_avatar *av,
                                     const char *shared_dir, int *err);
 void fc_bulk_frame_size(const fc_bulk_frame *f, int *w, int *h);
 /* The output picture for stream picture i420 (d: what it holds against its still) at shard
- * sample `sample`, with the cue among cues[0..n) that covers it burned in. *changed: the rect
- * of the output in which it differs from the output of d->base (valid when d->base). The
- * picture is the frame's buffer (or i420 itself), valid until the next call. */
+ * sample `sample`, with the cue among cues[0..n) that covers it burned in. *known: whether
+ * *changed is the rect in which the result may differ from the last result (w or h 0: the
+ * same picture); unknown for the first picture and when the still changed. The picture is the
+ * frame's buffer (or i420 itself), valid until the next call. */
 const uint8_t *fc_bulk_frame_draw(fc_bulk_frame *f, const uint8_t *i420, const fc_i420_delta *d,
-                                  int64_t sample, const fc_cue *cues, int n, fc_rect *changed);
+                                  int64_t sample, const fc_cue *cues, int n, fc_rect *changed,
+                                  int *known);
 void fc_bulk_frame_destroy(fc_bulk_frame *f);
 
 #endif

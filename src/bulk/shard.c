@@ -144,7 +144,6 @@ int fc_video_shard_render(const fc_video_spec *s, const fc_video_plan *p, int k,
     goto done;
   if (!(enc = fc_h264enc_create(&ep, vf, &err))) goto done;
   const int64_t total = fc_stream_frames_total(st);
-  const uint8_t *prev_base = NULL;
   for (;;) {
     fc_frame_info fi;
     const uint8_t *img;
@@ -157,11 +156,9 @@ int fc_video_shard_render(const fc_video_spec *s, const fc_video_plan *p, int k,
     if (err) goto done;
     fc_i420_delta d = fc_stream_frame_delta(st);
     fc_rect changed;
+    int known;
     const uint8_t *pic = fc_bulk_frame_draw(fr, img, &d, fi.index * FC_SAMPLES_PER_FRAME, cues,
-                                            meta.n_cues, &changed);
-    /* Known only against one still: a recorded avatar's frames each have their own. */
-    const int known = d.base && (meta.frames == 0 || d.base == prev_base);
-    prev_base = d.base;
+                                            meta.n_cues, &changed, &known);
     if ((err = fc_h264enc_encode(enc, pic, known ? &changed : NULL))) goto done;
     if (fwrite(pcm, sizeof *pcm, FC_SAMPLES_PER_FRAME, af) != FC_SAMPLES_PER_FRAME) {
       err = fc_error_set(FC_EIO, "%s: cannot write", apath);

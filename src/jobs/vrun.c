@@ -34,8 +34,8 @@ typedef struct slot {
   fc_vwork cur;
   int has;
   int64_t done, total;  /* the shard's frames */
-  int64_t reported;     /* keeper: the done it last reported */
-  gint64 touched_us;    /* keeper: the last touch */
+  int64_t reported;     /* the done the keeper last reported (lock) */
+  gint64 touched_us;    /* the keeper's last touch (lock) */
   int cancel;           /* atomic: stop the render (job no longer wanted, or stopping) */
 } slot;
 
@@ -196,19 +196,18 @@ static gpointer keeper_main(gpointer p) {
     gint64 now = g_get_monotonic_time();
     for (int i = 0; i < r->n_slots; i++) {
       slot *s = &r->slots[i];
+      /* what to do decided under the slot's lock, the store calls made after it */
       g_mutex_lock(&s->lock);
       fc_vwork w = s->cur;
       int has = s->has;
       int64_t done = s->done, total = s->total;
+      int report = has && w.shard >= 0 && total > 0 && done != s->reported;
+      int touch = has && now - s->touched_us >= (gint64)TOUCH_EVERY_MS * 1000;
+      if (report) s->reported = done;
+      if (touch) s->touched_us = now;
       g_mutex_unlock(&s->lock);
-      if (!has) continue;
-      if (w.shard >= 0 && total > 0 && done != s->reported) {
-        fc_vstore_progress(r->keeper_st, w.job, w.shard, done, total);
-        s->reported = done;
-      }
-      if (now - s->touched_us < (gint64)TOUCH_EVERY_MS * 1000) continue;
-      s->touched_us = now;
-      if (fc_vstore_touch(r->keeper_st, &w) == FC_ECANCELED) {
+      if (report) fc_vstore_progress(r->keeper_st, w.job, w.shard, done, total);
+      if (touch && fc_vstore_touch(r->keeper_st, &w) == FC_ECANCELED) {
         g_atomic_int_set(&s->cancel, 1);
         g_message("video %s: no longer wanted; stopping its %s", w.job,
                   w.shard >= 0 ? "shard" : "join");

@@ -29,8 +29,6 @@ struct fc_h264enc {
   int64_t in, frames;
   uint8_t *mb[MB_RING];
   int mb_next;
-  fc_rect last; /* the rect in which the last picture differed from the one before it */
-  int last_known;
 };
 
 fc_h264enc *fc_h264enc_create(const fc_h264enc_params *prm, FILE *out, int *err) {
@@ -122,12 +120,12 @@ void fc_h264_mb_constant(uint8_t *map, int mbw, int mbh, const fc_rect *a, const
   }
 }
 
-/* Macroblocks outside both this picture's and the last one's changed rects are the same as in
- * the last picture. */
+/* Macroblocks outside the changed rect are the same as in the last picture. */
 static uint8_t *constant_map(fc_h264enc *e, const fc_rect *changed) {
   uint8_t *m = e->mb[e->mb_next];
   e->mb_next = (e->mb_next + 1) % MB_RING;
-  fc_h264_mb_constant(m, e->mbw, e->mbh, changed, &e->last);
+  const fc_rect none = {0, 0, 0, 0};
+  fc_h264_mb_constant(m, e->mbw, e->mbh, changed, &none);
   return m;
 }
 
@@ -142,11 +140,8 @@ int fc_h264enc_encode(fc_h264enc *e, const uint8_t *i420, const fc_rect *changed
   pic.img.i_stride[0] = e->w;
   pic.img.i_stride[1] = pic.img.i_stride[2] = e->w / 2;
   pic.i_pts = e->in;
-  /* The first picture has nothing before it; after it, only when both rects are known. */
-  if (e->use_mb_info && changed && e->in > 0 && e->last_known)
-    pic.prop.mb_info = constant_map(e, changed);
-  e->last_known = changed != NULL;
-  if (changed) e->last = *changed;
+  /* The first picture has nothing before it. */
+  if (e->use_mb_info && changed && e->in > 0) pic.prop.mb_info = constant_map(e, changed);
   x264_nal_t *nals = NULL;
   int n = 0;
   const int size = x264_encoder_encode(e->x, &nals, &n, &pic, &out);

@@ -35,9 +35,8 @@ typedef struct fc_h264enc_params {
 /* An encoder writing to out (borrowed, stays open). NULL and *err (FC_EINVAL: size, preset). */
 fc_h264enc *fc_h264enc_create(const fc_h264enc_params *p, FILE *out, int *err);
 /* Encodes one contiguous I420 picture. changed (may be NULL: unknown): the rect in which this
- * picture differs from a still picture that is the same for this call and the one before
- * (w or h 0: it is that still), as fc_i420_delta says; with a constant quantizer the encoder
- * skips the macroblocks outside this rect and the last one. */
+ * picture may differ from the one encoded just before it (w or h 0: the same picture); with a
+ * constant quantizer the encoder skips the macroblocks outside it. */
 int fc_h264enc_encode(fc_h264enc *e, const uint8_t *i420, const fc_rect *changed);
 /* Writes the pictures still inside the encoder. 0 or FC_EIO / FC_EMEDIA. */
 int fc_h264enc_finish(fc_h264enc *e);
