@@ -275,8 +275,9 @@ def main():
           len(body) == os.path.getsize(os.path.join(SHARED, j1, "video.mp4")),
           "job 1: the file through the API node")
 
-    # 2. kill -9 a worker that holds an item: the other finishes the job
-    st, ans = submit(api, {"script": script("Second.", 18)})
+    # 2. kill -9 a worker that holds an item: the other finishes the job (720p: shards that
+    # take seconds, so the runner's keeper touches the items being rendered)
+    st, ans = submit(api, {"script": script("Second.", 18), "size": "1280x720"})
     j2 = ans["data"]["id"]
     victim = None
     deadline = time.time() + 120
