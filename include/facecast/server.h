@@ -96,6 +96,8 @@ typedef struct fc_server_params {
   const char *redis_url;   /* the job store on Redis (serve --redis); NULL = in this process */
   int worker;              /* `facecast worker`: this node only renders the store's work; its
                             * HTTP answers /healthz and /metrics, nothing else (404) */
+  int claim_idle_s;        /* a work item quiet this long (its worker died) is taken over by
+                            * another; 0 = 15 */
   int video_retention_s;   /* finished jobs (and files) kept; 0 = 86400 */
   int video_max_active;    /* with API keys, a key's unfinished jobs at most; 0 = 10 */
   int rate_limit_per_min;  /* /v1 requests per key (or client address without keys) and

@@ -24,6 +24,7 @@ static void serve_usage(FILE *f) {
         "                      [--webhook-secret-file FILE]\n"
         "                      [--render-slots K] [--shared-dir DIR] [--video-retention S]\n"
         "                      [--video-max-active N] [--rate-limit N/min] [--redis URL]\n"
+        "                      [--claim-idle S]\n"
         "                      [--llm-url URL] [--llm-model NAME] [--llm-system TEXT]\n"
         "                      [--llm-timeout S] [--tts PROVIDER] [--tts-url URL]\n"
         "                      [--tts-voice NAME] [--tts-model NAME] [--tts-ref-audio PATH]\n"
@@ -85,7 +86,8 @@ static void serve_usage(FILE *f) {
         "--redis redis://[:PASSWORD@]HOST[:PORT][/DB]: jobs and their work in Redis (a Stream\n"
         "read by a consumer group), shared with `facecast worker --redis` nodes that render\n"
         "them into the same --shared-dir; this node then only takes requests unless\n"
-        "--render-slots K is given.\n"
+        "--render-slots K is given. A work item whose worker went quiet for --claim-idle\n"
+        "seconds (15) is taken over by another.\n"
         "WebRTC behind firewalls: --ice-ports 50000-50100 keeps each session's media on one\n"
         "port of that range (UDP, and TCP with --ice-tcp on, the default): open the range.\n"
         "--turn turn://USER:PASS@HOST:PORT relays through a TURN server (coturn); with\n"
@@ -233,6 +235,7 @@ int fc_cli_serve(int argc, char **argv, int worker) {
                                        {"video-max-active", required_argument, 0, 1206},
                                        {"rate-limit", required_argument, 0, 1207},
                                        {"redis", required_argument, 0, 1300},
+                                       {"claim-idle", required_argument, 0, 1301},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   fc_server_params p = fc_server_params_default();
@@ -401,6 +404,9 @@ int fc_cli_serve(int argc, char **argv, int worker) {
       break;
     }
     case 1300: p.redis_url = optarg; break;
+    case 1301: /* above the runner's 2 s between touches, with room for a slow Redis */
+      if ((err = int_opt("--claim-idle", optarg, 5, 3600, &p.claim_idle_s))) return fc_cli_fail(err);
+      break;
     case 'h':
       if (worker) fc_cli_worker_usage(stdout);
       else serve_usage(stdout);

@@ -495,7 +495,8 @@ int fc_videos_start(fc_server *srv, int *err) {
     fc_http_route(srv, "/v1/videos", h_videos);
     return *err = FC_OK;
   }
-  fc_vstore_params sp = {.redis_url = p->redis_url, .retention_s = v->retention_s};
+  fc_vstore_params sp = {.redis_url = p->redis_url, .retention_s = v->retention_s,
+                         .claim_idle_ms = p->claim_idle_s * 1000};
   if (!(v->store = fc_vstore_create(&sp, err))) return *err;
   GError *e = NULL;
   v->pool = g_thread_pool_new(pool_run, v, 4, FALSE, &e);

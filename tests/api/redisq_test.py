@@ -5,7 +5,7 @@ workers (`facecast worker --redis URL --render-slots 1`) on one shared folder.
 
   1. a job of several shards completes, rendered by both workers, with exactly one video file;
   2. one worker is killed (SIGKILL) while it holds an item: the other takes the item over
-     (after the claim time) and the job completes with exactly one video file;
+     (after the claim time, --claim-idle 6) and the job completes with exactly one video file;
   3. the same Idempotency-Key and body, sent at once from several clients, make one job; the
      key with another body is refused (409);
   4. Redis is killed (SIGKILL) while jobs render and started again on the same port and folder:
@@ -29,7 +29,7 @@ FAILS = []
 TMP = tempfile.mkdtemp(prefix="fc_redisq_")
 SHARED = os.path.join(TMP, "shared")
 REDIS_DIR = os.path.join(TMP, "redis")
-CLAIM_S = 15  # the store's default claim_idle_ms: a quiet item is taken over after this
+CLAIM_S = 6  # --claim-idle: a quiet item is taken over after this
 PROCS = []
 LOG = []  # every line the facecast nodes wrote
 
@@ -243,12 +243,22 @@ def main():
               "(scripts/deps.sh installs it)")
         return 1
     os.makedirs(SHARED)
+    for args, what in ((["worker"], "--redis URL is required"),
+                       (["worker", "--redis", "redis://127.0.0.1:1", "--claim-idle", "2"],
+                        "--claim-idle '2': expected 5..3600"),
+                       (["worker", "--redis", "redis://127.0.0.1:1", "--render-slots", "0"],
+                        "--render-slots must be 1 or more"),
+                       (["worker", "--redis", "http://x"], "the scheme must be redis://")):
+        r = subprocess.run([BIN] + args, capture_output=True, text=True, timeout=30)
+        check(r.returncode == 2 and what in r.stderr,
+              "%s: exit 2, %r (%s: %s)" % (" ".join(args), what, r.returncode, r.stderr.strip()[-160:]))
     rport = free_port()
     redis = start_redis(rport)
     url = "redis://127.0.0.1:%d" % rport
+    claim = ("--claim-idle", str(CLAIM_S))
     api_p, api = start_node("serve", "--redis", url, "--rate-limit", "0")
-    w1, w1port = start_node("worker", "--redis", url, "--render-slots", "1")
-    w2, w2port = start_node("worker", "--redis", url, "--render-slots", "1")
+    w1, w1port = start_node("worker", "--redis", url, "--render-slots", "1", *claim)
+    w2, w2port = start_node("worker", "--redis", url, "--render-slots", "1", *claim)
 
     # worker nodes answer /healthz and /metrics only
     st, _ = req(w1port, "GET", "/healthz")
@@ -307,7 +317,7 @@ def main():
     check(not touched, "no render was stopped by its own touches (%s)" % touched[:2])
 
     # a fresh second worker for what follows
-    w3, _ = start_node("worker", "--redis", url, "--render-slots", "1")
+    w3, _ = start_node("worker", "--redis", url, "--render-slots", "1", *claim)
 
     # 3. the same key and body at once from four clients: one job; another body: 409
     body = {"script": script("Third.", 4)}
