@@ -536,40 +536,46 @@ static int accept_item(rstore *s, fc_vwork *w) {
   return err ? err : 1;
 }
 
-/* Items idle past claim_idle_ms, taken over: 0 and *w, FC_EAGAIN when none. */
+/* An item idle past claim_idle_ms, taken over: 0 and *w, FC_EAGAIN when none. */
 static int claim_idle(rstore *s, fc_vwork *w) {
-  char idle[24], cursor[48] = "0-0";
+  char idle[24];
   snprintf(idle, sizeof idle, "%d", s->claim_idle_ms);
-  for (int round = 0; round < 100; round++) {
-    const char *argv[] = {"XAUTOCLAIM", s->stream, GROUP, s->consumer, idle, cursor, "COUNT", "1"};
+  /* Redis finds the oldest quiet item itself (XPENDING IDLE: one round trip however many items
+   * busy workers hold), and XAUTOCLAIM from there takes it, if no one else was quicker */
+  for (int round = 0; round < 8; round++) {
+    const char *pv[] = {"XPENDING", s->stream, GROUP, "IDLE", idle, "-", "+", "1"};
     fc_resp *rep = NULL;
-    int err = command(s, G_N_ELEMENTS(argv), argv, NULL, &rep);
+    int err = command(s, G_N_ELEMENTS(pv), pv, NULL, &rep);
     if (err) return err;
-    if (rep->type != FC_RESP_ARRAY || rep->n < 2 || !rstr(&rep->elem[0]) ||
-        rep->elem[1].type != FC_RESP_ARRAY) {
+    char cursor[48] = "";
+    if (rep->type == FC_RESP_ARRAY && rep->n == 1 && rep->elem[0].type == FC_RESP_ARRAY &&
+        rep->elem[0].n == 4 && rstr(&rep->elem[0].elem[0]))
+      g_strlcpy(cursor, rstr(&rep->elem[0].elem[0]), sizeof cursor);
+    int none = rep->type == FC_RESP_ARRAY && rep->n == 0;
+    fc_resp_free(rep);
+    if (none) return FC_EAGAIN;
+    if (!cursor[0]) return bad_reply("XPENDING IDLE");
+    const char *argv[] = {"XAUTOCLAIM", s->stream, GROUP, s->consumer, idle, cursor, "COUNT", "1"};
+    rep = NULL;
+    if ((err = command(s, G_N_ELEMENTS(argv), argv, NULL, &rep))) return err;
+    if (rep->type != FC_RESP_ARRAY || rep->n < 2 || rep->elem[1].type != FC_RESP_ARRAY) {
       fc_resp_free(rep);
       return bad_reply("XAUTOCLAIM");
     }
-    g_strlcpy(cursor, rstr(&rep->elem[0]), sizeof cursor);
-    int found = 0;
-    for (size_t i = 0; i < rep->elem[1].n && !found; i++) {
-      const fc_resp *e = &rep->elem[1].elem[i];
-      if (e->type == FC_RESP_NIL) continue; /* deleted meanwhile (Redis 6.2) */
+    const fc_resp *e = rep->elem[1].n ? &rep->elem[1].elem[0] : NULL;
+    if (e && e->type != FC_RESP_NIL) { /* nil: deleted meanwhile (Redis 6.2) */
       if (fc_vstore_redis_read_entry(e, w)) {
         if (w->entry[0]) ack(s, w->entry); /* not ours to read: dropped */
-        continue;
+      } else {
+        w->attempt = deliveries(s, w->entry);
+        err = accept_item(s, w);
+        if (err <= 0) {
+          fc_resp_free(rep);
+          return err;
+        }
       }
-      w->attempt = deliveries(s, w->entry);
-      err = accept_item(s, w);
-      if (err < 0) {
-        fc_resp_free(rep);
-        return err;
-      }
-      found = err == 0;
     }
     fc_resp_free(rep);
-    if (found) return 0;
-    if (!strcmp(cursor, "0-0")) break;
   }
   return FC_EAGAIN;
 }
