@@ -6,6 +6,9 @@ workers (`facecast worker --redis URL --render-slots 1`) on one shared folder.
   1. a job of several shards completes, rendered by both workers, with exactly one video file;
   2. one worker is killed (SIGKILL) while it holds an item: the other takes the item over
      (after the claim time, --claim-idle 6) and the job completes with exactly one video file;
+  -. a second API node answers for the first one's jobs; a job it took, deleted on the first
+     while a worker renders it, is canceled there, the worker's render stops (its touch says
+     so) and its remaining work leaves Redis;
   3. the same Idempotency-Key and body, sent at once from several clients, make one job; the
      key with another body is refused (409);
   4. Redis is killed (SIGKILL) while jobs render and started again on the same port and folder:
@@ -318,6 +321,32 @@ def main():
 
     # a fresh second worker for what follows
     w3, _ = start_node("worker", "--redis", url, "--render-slots", "1", *claim)
+
+    # a second API node answers for the jobs the first took; a job canceled there while a
+    # worker renders it stops on that worker (its touch says so) and its items are dropped
+    api2_p, api2 = start_node("serve", "--redis", url, "--rate-limit", "0")
+    st, ans = req(api2, "GET", "/v1/videos/" + j1)
+    check(st == 200 and ans["data"]["status"] == "completed", "another API node reads job 1")
+    st, ans = submit(api2, {"script": script("Cancel me.", 24), "size": "1280x720"})
+    jc = ans["data"]["id"]
+    deadline = time.time() + 60
+    while time.time() < deadline and (job(api, jc) or {}).get("shards_done", 0) < 1:
+        time.sleep(0.1)
+    st, ans = req(api, "DELETE", "/v1/videos/" + jc)
+    check(st == 200, "DELETE on the first API node of a job the second took (%s)" % st)
+    t_cancel = time.time()
+    deadline = time.time() + 30
+    while time.time() < deadline and (consumers_pending(rport) or
+                                      redis_cmd(rport, "XLEN", "facecast:vwork")):
+        time.sleep(0.2)
+    d = job(api2, jc) or {}
+    check(d.get("status") == "canceled" and d.get("shards_done", 99) < d.get("shards", 0),
+          "canceled mid-job: %s, %s of %s shards" % (d.get("status"), d.get("shards_done"),
+                                                      d.get("shards")))
+    check(time.time() - t_cancel < 10 and not redis_cmd(rport, "XLEN", "facecast:vwork"),
+          "its work left Redis within %.1f s (rendering stopped, the rest dropped)"
+          % (time.time() - t_cancel))
+    stop(api2_p)
 
     # 3. the same key and body at once from four clients: one job; another body: 409
     body = {"script": script("Third.", 4)}
