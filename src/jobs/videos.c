@@ -381,10 +381,12 @@ static void h_videos(SoupServer *server, SoupServerMessage *msg, const char *pat
       const char *l = fc_http_query_get(qs, "limit"), *a = fc_http_query_get(qs, "after");
       char *end = NULL;
       long n = l ? strtol(l, &end, 10) : LIST_DEFAULT;
-      if ((l && (!*l || *end || n < 1 || n > LIST_MAX)) || (a && *a && !fc_vjob_id_valid(a))) {
-        fc_http_error(msg, 400, l && (*end || n < 1 || n > LIST_MAX) ? "limit: expected 1..%d"
-                                                                      : "after: not a video id (%d)",
-                      LIST_MAX);
+      if (l && (!*l || *end || n < 1 || n > LIST_MAX)) {
+        fc_http_error(msg, 400, "limit: expected 1..%d", LIST_MAX);
+        goto refused;
+      }
+      if (a && *a && !fc_vjob_id_valid(a)) {
+        fc_http_error(msg, 400, "after: not a video id");
         goto refused;
       }
       q->op = OP_LIST;
@@ -415,8 +417,8 @@ static void h_videos(SoupServer *server, SoupServerMessage *msg, const char *pat
     else if (slash && get && !strcmp(slash, "/captions.vtt"))
       q->op = OP_FILE, q->file_name = "captions.vtt", q->file_type = "text/vtt";
     else {
-      fc_http_error(msg, slash ? 404 : 405, slash ? "no such video route" : "method %s not allowed "
-                    "here (use GET or DELETE)", method);
+      if (slash) fc_http_error(msg, 404, "no such video route");
+      else fc_http_error(msg, 405, "method %s not allowed here (use GET or DELETE)", method);
       goto refused;
     }
   }
