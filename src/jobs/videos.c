@@ -520,11 +520,18 @@ int fc_videos_start(fc_server *srv, int *err) {
   /* a short retention is swept often enough to be kept to within a second or two */
   v->expire_timer = g_timeout_add_seconds(MIN(EXPIRE_EVERY_S, MAX(1, v->retention_s / 2)), expire_tick, v);
   fc_http_route(srv, "/v1/videos", h_videos);
-  g_message("videos: /v1/videos, files in %s, %s store, %d render slots, kept %d s, %d "
-            "requests/min", v->shared, p->redis_url ? "redis" : "local",
-            v->run ? (p->render_slots ? p->render_slots : (int)g_get_num_processors()) : 0,
-            v->retention_s, v->rate_per_min);
   return *err = FC_OK;
+}
+
+void fc_videos_log_start(fc_server *srv) {
+  fc_videos *v = srv->videos;
+  if (!v || v->off) return;
+  int slots = srv->p.render_slots < 0 ? 0 : srv->p.render_slots ? srv->p.render_slots
+                                                                 : (int)g_get_num_processors();
+  char rate[48] = "no rate limit";
+  if (v->rate_per_min > 0) snprintf(rate, sizeof rate, "%d requests/min", v->rate_per_min);
+  g_message("videos: /v1/videos, files in %s, %s store, %d render slots, kept %d s, %s",
+            v->shared, srv->p.redis_url ? "redis" : "local", slots, v->retention_s, rate);
 }
 
 void fc_videos_free(fc_server *srv) {

@@ -527,6 +527,7 @@ static inline int fc_server_max_batch(const fc_server *srv) { return srv->gpu ? 
  * retention sweep. _start registers the routes (0 or an error with its detail); _free before
  * the lip-sync pool (renders are its clients); _metrics appends the job families. */
 int fc_videos_start(fc_server *srv, int *err);
+void fc_videos_log_start(fc_server *srv); /* says how it runs, once the server has started */
 void fc_videos_free(fc_server *srv);
 void fc_videos_metrics(fc_server *srv, GString *out);
 /* admin.c: GET /api/admin/config, /api/admin/sessions; stopping a session. */

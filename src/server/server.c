@@ -254,6 +254,7 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
 
   if ((*err = fc_pacer_start(srv))) goto fail;
   if ((*err = fc_push_start(srv))) goto fail; /* sessions "0".. with --transport rtmp|rtcpush */
+  fc_videos_log_start(srv);
   if (srv->keys)
     g_message("API keys: %d from %s; control routes need 'Authorization: Bearer KEY'",
               fc_keys_count(srv->keys), srv->p.api_keys);
