@@ -511,7 +511,7 @@ int fc_videos_start(fc_server *srv, int *err) {
     int slots = p->render_slots ? p->render_slots : (int)g_get_num_processors();
     int cores = (int)g_get_num_processors();
     fc_vrun_params rp = {.store = v->store, .slots = slots, .shared_dir = v->shared,
-                         .webhook_secret = p->webhook_secret,
+                         .webhook = srv->webhook, .webhook_secret = p->webhook_secret,
                          .env = {.pool = srv->pool, .avatar_get = env_avatar_get,
                                  .avatar_put = env_avatar_put, .user = srv,
                                  .encoder_threads = cores > slots ? cores / slots : 1}};
@@ -611,11 +611,8 @@ void fc_videos_metrics(fc_server *srv, GString *o) {
       "# HELP facecast_video_x_realtime Video seconds per render second of the last completed job\n"
       "# TYPE facecast_video_x_realtime gauge\nfacecast_video_x_realtime %.3f\n"
       "# HELP facecast_video_seconds_total Seconds of video completed\n"
-      "# TYPE facecast_video_seconds_total counter\nfacecast_video_seconds_total %.3f\n"
-      "# HELP facecast_webhook_failures_total Video callbacks whose delivery failed for good\n"
-      "# TYPE facecast_webhook_failures_total counter\nfacecast_webhook_failures_total %llu\n"
-      "# HELP facecast_webhook_dropped_total Video callbacks dropped unsent (queue full)\n"
-      "# TYPE facecast_webhook_dropped_total counter\nfacecast_webhook_dropped_total %llu\n",
-      rs.x_realtime_last, rs.video_seconds, (unsigned long long)rs.webhook_failures,
-      (unsigned long long)rs.webhook_dropped);
+      "# TYPE facecast_video_seconds_total counter\nfacecast_video_seconds_total %.3f\n",
+      rs.x_realtime_last, rs.video_seconds);
+  /* callbacks go through the server's sender: facecast_webhook_failures_total and
+   * facecast_webhook_dropped_total (metrics.c) count them with the tasks' notices */
 }

@@ -132,6 +132,9 @@ typedef struct fc_server {
   GHashTable *recordings; /* session id → fc_recording: its last finished one (main loop) */
   GThreadPool *workers;
 
+  /* The server's one webhook sender (jobs/webhook.h): the task tables' notify URLs go through
+   * it, and /metrics reports its failures; made before them, freed after them. */
+  struct fc_webhook *webhook;
   struct fc_avatar_tasks *avatar_tasks; /* src/jobs/avatars.c */
   struct fc_tasks *render_tasks;       /* src/jobs/renders.c (jobs/tasks.h) */
   struct fc_videos *videos;            /* src/jobs/videos.c: /v1/videos, its store and runner */

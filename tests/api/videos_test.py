@@ -355,6 +355,8 @@ def metrics(c):
             "facecast_video_seconds_total", "facecast_webhook_failures_total",
             "facecast_webhook_dropped_total"]
     check(all(w in text for w in want), "/metrics has the job families")
+    types = [ln.split()[2] for ln in text.splitlines() if ln.startswith("# TYPE ")]
+    check(len(types) == len(set(types)), "each metric family once")
     line = [ln for ln in text.splitlines() if ln.startswith('facecast_video_jobs_total{status="completed"}')]
     check(line and int(line[0].split()[-1]) >= 4, f"completed jobs counted ({line})")
 
