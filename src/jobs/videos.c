@@ -532,6 +532,9 @@ void fc_videos_log_start(fc_server *srv) {
   if (v->rate_per_min > 0) snprintf(rate, sizeof rate, "%d requests/min", v->rate_per_min);
   g_message("videos: /v1/videos, files in %s, %s store, %d render slots, kept %d s, %s",
             v->shared, srv->p.redis_url ? "redis" : "local", slots, v->retention_s, rate);
+  if (!slots && !srv->p.redis_url)
+    g_warning("videos: --render-slots 0 with the local store: nothing will render the jobs "
+              "submitted here (workers need --redis)");
 }
 
 void fc_videos_free(fc_server *srv) {
