@@ -2,7 +2,8 @@
 # Fuzzes every parser with libFuzzer (clang; ASan + UBSan): WAV, PNG/JPEG, torch checkpoints
 # (zip and legacy pickle), safetensors, .npy, the Wav2Lip loader (both networks), LiveTalking's
 # coords.pkl and frame names, avatar packs, Haar cascades, dlib's shape model, JSON bodies,
-# SDP offers, settings files (YAML, .env), Redis replies (RESP2/RESP3), webhook receivers' Retry-After, and, through a server in the fuzzer's own process,
+# SDP offers, settings files (YAML, .env), Redis replies (RESP2/RESP3), webhook receivers' Retry-After,
+# bulk video requests and plans, bulk shards' H.264 streams, and, through a server in the fuzzer's own process,
 # the HTTP routes' bodies, multipart uploads and WebSocket audio (tests/fuzz/README.md).
 #
 # usage: scripts/fuzz.sh [SECONDS] [TARGET...]     (default: 60 s each, every target)
@@ -13,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
-all=(checkpoint safetensors npy w2l ltcoords ltframes wav image pack haar landmarks json sdp llm voice asr config resp webhook http multipart ws)
+all=(checkpoint safetensors npy w2l ltcoords ltframes wav image pack haar landmarks json sdp llm voice asr config resp webhook videospec h264au http multipart ws)
 targets=("$@")
 ((${#targets[@]})) || targets=("${all[@]}")
 

@@ -2,21 +2,26 @@
  * caption of the moment burned in.
  *
  * Canvas. When the requested size is the avatar's, the stream's picture is the canvas. Else the
- * avatar is scaled to fit (libyuv, bilinear) and centred, and what it leaves uncovered is the
- * background: a colour, or an image scaled to cover the canvas (cropped to its aspect, centred).
- * The background is made once; each frame rewrites only the avatar's area (and the caption
- * band, restored from the background before the caption is blended in again).
+ * avatar is scaled to fit (bilinear, our own taps: see below) and centred, and what it leaves
+ * uncovered is the background: a colour, or an image scaled to cover the canvas (cropped to
+ * its aspect, centred), made once.
  *
  * Captions. Each cue (a sentence, cut into pieces of at most two lines by characters) is laid
  * out by Pango once, when it first shows, into an ARGB band that is converted to Y/U/V with
  * alpha; each frame blends that band in. White text on a translucent dark box, centred near
  * the bottom, its size a twentieth of the height.
  *
- * What changed. The encoder skips macroblocks that are the same as in the frame before
- * (h264enc.h), so each picture comes with the rect in which it may differ from the last one:
- * the stream's changed rects (this frame's and the last one's, against the same still) mapped
- * onto the canvas with a margin for the scaler's reach, and the caption band when the piece
- * shown changes. Unknown (a pack's frames, which are not one still) means no skipping. */
+ * By rectangles. A talking head changes around the mouth only, so each frame redraws only
+ * what changed since the last one: the stream's changed rects (this frame's and the last one's,
+ * against the same still) mapped onto the canvas with the scaler's reach, and the caption band
+ * where the caption came, went or changed. The scaler computes every output pixel from its own
+ * taps alone, so a rect of it is exactly the whole picture's rect (libyuv's scalers would not
+ * promise that); the captioned picture is the clean one copied by the same rect with the band
+ * blended over its part of it. The rect goes to the encoder, which skips the macroblocks
+ * outside it (h264enc.h); a picture not known against the last one's still (the first, a
+ * pack's frames) is redrawn and encoded whole. test_bulk_video checks that pictures drawn by
+ * rectangles equal pictures drawn whole, and that nothing outside a reported rect changed.
+ */
 #include "bulk/frame.h"
 
 #include "avatar/image.h"
@@ -34,7 +39,12 @@ struct fc_bulk_frame {
   int w, h, aw, ah;
   int direct;          /* the stream's picture is the output as it is */
   int sw, sh, ox, oy;  /* the avatar's place on the canvas (even) */
-  uint8_t *bg, *out;   /* w×h I420 */
+  uint8_t *bg;         /* w×h I420: the background with the scaled avatar on it (no caption) */
+  uint8_t *out;        /* w×h I420: the picture with its caption (captions only) */
+  /* the scaler's taps, per output column / row of the avatar's place: source index and
+   * weight of the next one (0..256), for luma and for chroma */
+  int *xi, *yi, *cxi, *cyi;
+  uint16_t *xf, *yf, *cxf, *cyf;
   /* captions */
   int captions, font_px, line_chars;
   const fc_cue *cues_of; /* the cues `pieces` were cut from */
@@ -94,6 +104,37 @@ static int load_background(fc_bulk_frame *f, const char *path) {
   return 0;
 }
 
+/* Bilinear taps from a source of n pixels to an output of m, pixel centres aligned: output
+ * pixel i samples source position (i + 0.5)·n/m − 0.5, clamped to the source. */
+static void taps(int n, int m, int *idx, uint16_t *frac) {
+  for (int i = 0; i < m; i++) {
+    int64_t p = (((int64_t)2 * i + 1) * n * 256) / (2 * (int64_t)m) - 128; /* 1/256 pixels */
+    if (p < 0) p = 0;
+    if (p > (int64_t)(n - 1) * 256) p = (int64_t)(n - 1) * 256;
+    idx[i] = (int)(p >> 8);
+    frac[i] = (uint16_t)(p & 255);
+    if (idx[i] >= n - 1) idx[i] = n - 1, frac[i] = 0;
+  }
+}
+
+/* Output rows [y0, y1) and columns [x0, x1) of a plane scaled with the taps. Every output
+ * pixel depends only on its own taps, so any rect of it comes out as the whole would. */
+static void scale_rect(const uint8_t *src, int sstride, uint8_t *dst, int dstride,
+                       const int *xi, const uint16_t *xf, const int *yi, const uint16_t *yf,
+                       int x0, int y0, int x1, int y1) {
+  for (int y = y0; y < y1; y++) {
+    const uint8_t *r0 = src + (size_t)yi[y] * sstride;
+    const uint8_t *r1 = yf[y] ? r0 + sstride : r0;
+    const int fy = yf[y];
+    uint8_t *d = dst + (size_t)y * dstride;
+    for (int x = x0; x < x1; x++) {
+      const int i = xi[x], fx = xf[x], j = fx ? i + 1 : i;
+      const int top = r0[i] * (256 - fx) + r0[j] * fx, bot = r1[i] * (256 - fx) + r1[j] * fx;
+      d[x] = (uint8_t)((top * (256 - fy) + bot * fy + 32768) >> 16);
+    }
+  }
+}
+
 static int make_canvas(fc_bulk_frame *f, const fc_video_spec *s, const char *shared_dir) {
   /* fit: the larger scale at which the avatar is inside the canvas */
   if ((int64_t)f->aw * f->h > (int64_t)f->ah * f->w) {
@@ -123,6 +164,15 @@ static int make_canvas(fc_bulk_frame *f, const fc_video_spec *s, const char *sha
     if (err) return err;
   }
   memcpy(f->out, f->bg, n);
+  if (!(f->xi = malloc(sizeof(int) * f->sw)) || !(f->yi = malloc(sizeof(int) * f->sh)) ||
+      !(f->cxi = malloc(sizeof(int) * f->sw / 2)) || !(f->cyi = malloc(sizeof(int) * f->sh / 2)) ||
+      !(f->xf = malloc(2u * f->sw)) || !(f->yf = malloc(2u * f->sh)) ||
+      !(f->cxf = malloc(2u * (f->sw / 2))) || !(f->cyf = malloc(2u * (f->sh / 2))))
+    return fc_error_set(FC_ENOMEM, "out of memory");
+  taps(f->aw, f->sw, f->xi, f->xf);
+  taps(f->ah, f->sh, f->yi, f->yf);
+  taps(f->aw / 2, f->sw / 2, f->cxi, f->cxf);
+  taps(f->ah / 2, f->sh / 2, f->cyi, f->cyf);
   return 0;
 }
 
@@ -170,6 +220,8 @@ void fc_bulk_frame_destroy(fc_bulk_frame *f) {
   if (!f) return;
   fc_cues_free(f->pieces, f->n_pieces);
   free(f->bg), free(f->out), free(f->by), free(f->bu), free(f->bv), free(f->ba), free(f->bua);
+  free(f->xi), free(f->yi), free(f->cxi), free(f->cyi);
+  free(f->xf), free(f->yf), free(f->cxf), free(f->cyf);
   free(f);
 }
 
@@ -239,24 +291,15 @@ static void render_piece(fc_bulk_frame *f, int k) {
   f->cur = k;
 }
 
-static void blend_plane(uint8_t *dst, int dstride, const uint8_t *src, const uint8_t *a, int w,
-                        int h) {
+/* w×h of src (rows sstride apart) blended over dst by alpha a (same layout as src). */
+static void blend_plane(uint8_t *dst, int dstride, const uint8_t *src, const uint8_t *a,
+                        int sstride, int w, int h) {
   for (int y = 0; y < h; y++) {
     uint8_t *d = dst + (size_t)y * dstride;
-    const uint8_t *s = src + (size_t)y * w, *al = a + (size_t)y * w;
+    const uint8_t *s = src + (size_t)y * sstride, *al = a + (size_t)y * sstride;
     for (int x = 0; x < w; x++)
       if (al[x]) d[x] = (uint8_t)((s[x] * al[x] + d[x] * (255 - al[x]) + 127) / 255);
   }
-}
-
-static void blend_band(fc_bulk_frame *f, uint8_t *pic) {
-  uint8_t *y, *u, *v;
-  planes(pic, f->w, f->h, &y, &u, &v);
-  const fc_rect b = f->band;
-  blend_plane(y + (size_t)b.y * f->w + b.x, f->w, f->by, f->ba, b.w, b.h);
-  const size_t co = (size_t)(b.y / 2) * (f->w / 2) + b.x / 2;
-  blend_plane(u + co, f->w / 2, f->bu, f->bua, b.w / 2, b.h / 2);
-  blend_plane(v + co, f->w / 2, f->bv, f->bua, b.w / 2, b.h / 2);
 }
 
 /* The piece to show at sample (-1: none); pieces are cut from cues on first use. */
@@ -286,10 +329,11 @@ static fc_rect rect_union(fc_rect a, fc_rect b) {
   return (fc_rect){x0, y0, x1 - x0, y1 - y0};
 }
 
-/* An avatar rect on the canvas, widened by the scaler's reach. */
+/* An avatar rect on the canvas (even), widened by the scaler's reach in chroma (a changed
+ * chroma sample moves outputs up to a source chroma pixel, two luma pixels, away). */
 static fc_rect to_canvas(const fc_bulk_frame *f, fc_rect r) {
   if (r.w <= 0 || r.h <= 0) return (fc_rect){0, 0, 0, 0};
-  const int m = f->sw == f->aw ? 0 : f->sw / f->aw + 3;
+  const int m = 2 * (f->sw + f->aw - 1) / f->aw + 4;
   int x0 = f->ox + (int)((int64_t)r.x * f->sw / f->aw) - m;
   int y0 = f->oy + (int)((int64_t)r.y * f->sh / f->ah) - m;
   int x1 = f->ox + (int)(((int64_t)(r.x + r.w) * f->sw + f->aw - 1) / f->aw) + m;
@@ -298,52 +342,99 @@ static fc_rect to_canvas(const fc_bulk_frame *f, fc_rect r) {
   if (y0 < f->oy) y0 = f->oy;
   if (x1 > f->ox + f->sw) x1 = f->ox + f->sw;
   if (y1 > f->oy + f->sh) y1 = f->oy + f->sh;
+  x0 &= ~1, y0 &= ~1, x1 = (x1 + 1) & ~1, y1 = (y1 + 1) & ~1;
   return (fc_rect){x0, y0, x1 - x0, y1 - y0};
+}
+
+/* The avatar's pixels in rect r of the canvas (inside its place) from picture i420. */
+static void scale_into_canvas(fc_bulk_frame *f, const uint8_t *i420, fc_rect r) {
+  if (r.w <= 0 || r.h <= 0) return;
+  uint8_t *sy, *su, *sv, *dy, *du, *dv;
+  planes((uint8_t *)i420, f->aw, f->ah, &sy, &su, &sv);
+  planes(f->bg, f->w, f->h, &dy, &du, &dv);
+  const int x0 = r.x - f->ox, y0 = r.y - f->oy; /* in the place */
+  scale_rect(sy, f->aw, dy + (size_t)f->oy * f->w + f->ox, f->w, f->xi, f->xf, f->yi, f->yf, x0,
+             y0, x0 + r.w, y0 + r.h);
+  const size_t oc = (size_t)(f->oy / 2) * (f->w / 2) + f->ox / 2;
+  scale_rect(su, f->aw / 2, du + oc, f->w / 2, f->cxi, f->cxf, f->cyi, f->cyf, x0 / 2, y0 / 2,
+             (x0 + r.w) / 2, (y0 + r.h) / 2);
+  scale_rect(sv, f->aw / 2, dv + oc, f->w / 2, f->cxi, f->cxf, f->cyi, f->cyf, x0 / 2, y0 / 2,
+             (x0 + r.w) / 2, (y0 + r.h) / 2);
+}
+
+/* Rect r (even) of picture src (w×h) into the same place of dst. */
+static void copy_rect(const uint8_t *src, uint8_t *dst, int w, int h, fc_rect r) {
+  if (r.w <= 0 || r.h <= 0) return;
+  uint8_t *sp[3], *dp[3];
+  planes((uint8_t *)src, w, h, &sp[0], &sp[1], &sp[2]);
+  planes(dst, w, h, &dp[0], &dp[1], &dp[2]);
+  for (int y = r.y; y < r.y + r.h; y++)
+    memcpy(dp[0] + (size_t)y * w + r.x, sp[0] + (size_t)y * w + r.x, (size_t)r.w);
+  for (int p = 1; p < 3; p++)
+    for (int y = r.y / 2; y < (r.y + r.h) / 2; y++)
+      memcpy(dp[p] + (size_t)y * (w / 2) + r.x / 2, sp[p] + (size_t)y * (w / 2) + r.x / 2,
+             (size_t)r.w / 2);
+}
+
+static fc_rect rect_clip(fc_rect a, fc_rect b) {
+  const int x0 = a.x > b.x ? a.x : b.x, y0 = a.y > b.y ? a.y : b.y;
+  const int x1 = a.x + a.w < b.x + b.w ? a.x + a.w : b.x + b.w;
+  const int y1 = a.y + a.h < b.y + b.h ? a.y + a.h : b.y + b.h;
+  return x1 > x0 && y1 > y0 ? (fc_rect){x0, y0, x1 - x0, y1 - y0} : (fc_rect){0, 0, 0, 0};
+}
+
+/* The caption band's part in r blended into pic. */
+static void blend_band(fc_bulk_frame *f, uint8_t *pic, fc_rect r) {
+  r = rect_clip(r, f->band);
+  if (r.w <= 0 || r.h <= 0) return;
+  uint8_t *y, *u, *v;
+  planes(pic, f->w, f->h, &y, &u, &v);
+  const fc_rect b = f->band;
+  const size_t o = (size_t)(r.y - b.y) * b.w + (r.x - b.x);
+  blend_plane(y + (size_t)r.y * f->w + r.x, f->w, f->by + o, f->ba + o, b.w, r.w, r.h);
+  const size_t so = (size_t)((r.y - b.y) / 2) * (b.w / 2) + (r.x - b.x) / 2;
+  const size_t co = (size_t)(r.y / 2) * (f->w / 2) + r.x / 2;
+  blend_plane(u + co, f->w / 2, f->bu + so, f->bua + so, b.w / 2, r.w / 2, r.h / 2);
+  blend_plane(v + co, f->w / 2, f->bv + so, f->bua + so, b.w / 2, r.w / 2, r.h / 2);
 }
 
 const uint8_t *fc_bulk_frame_draw(fc_bulk_frame *f, const uint8_t *i420, const fc_i420_delta *d,
                                   int64_t sample, const fc_cue *cues, int n, fc_rect *changed,
                                   int *known_out) {
-  const int known = d->base && (!f->drawn || d->base == f->last_base);
-  *known_out = known;
-  fc_rect ch = known ? to_canvas(f, rect_union(d->changed, f->last_changed)) : (fc_rect){0};
+  /* what differs from the last picture, in the avatar's pixels (known: against one still) */
+  const int known = d->base && f->drawn && d->base == f->last_base;
+  const fc_rect src_changed = rect_union(d->changed, f->last_changed);
   f->last_base = d->base, f->last_changed = d->changed;
   f->drawn++;
+  *known_out = known;
+  const fc_rect whole = {0, 0, f->w, f->h};
   if (f->direct) {
-    *changed = ch;
+    *changed = known ? src_changed : whole;
     return i420;
   }
-  const int shown = f->captions ? piece_at(f, cues, n, sample) : -1;
-  uint8_t *sy, *su, *sv, *dy, *du, *dv;
-  planes((uint8_t *)i420, f->aw, f->ah, &sy, &su, &sv);
-  planes(f->out, f->w, f->h, &dy, &du, &dv);
-  if (f->bg && f->last_shown >= 0 && f->band.w > 0) { /* the band back to the background */
-    const fc_rect b = f->band;
-    uint8_t *by, *bu, *bv;
-    planes(f->bg, f->w, f->h, &by, &bu, &bv);
-    for (int y = 0; y < b.h; y++)
-      memcpy(dy + (size_t)(b.y + y) * f->w + b.x, by + (size_t)(b.y + y) * f->w + b.x, (size_t)b.w);
-    for (int y = 0; y < b.h / 2; y++) {
-      const size_t o = (size_t)(b.y / 2 + y) * (f->w / 2) + b.x / 2;
-      memcpy(du + o, bu + o, (size_t)b.w / 2);
-      memcpy(dv + o, bv + o, (size_t)b.w / 2);
-    }
+  /* the clean picture (no caption) and what changed in it */
+  const uint8_t *clean = i420;
+  fc_rect dirty = known ? src_changed : whole;
+  if (f->bg) {
+    dirty = known ? to_canvas(f, src_changed) : (fc_rect){f->ox, f->oy, f->sw, f->sh};
+    scale_into_canvas(f, i420, dirty);
+    clean = f->bg;
   }
-  const size_t oy = (size_t)f->oy * f->w + f->ox, oc = (size_t)(f->oy / 2) * (f->w / 2) + f->ox / 2;
-  if (f->sw == f->aw && f->sh == f->ah)
-    I420Copy(sy, f->aw, su, f->aw / 2, sv, f->aw / 2, dy + oy, f->w, du + oc, f->w / 2, dv + oc,
-             f->w / 2, f->aw, f->ah);
-  else
-    I420Scale(sy, f->aw, su, f->aw / 2, sv, f->aw / 2, f->aw, f->ah, dy + oy, f->w, du + oc,
-              f->w / 2, dv + oc, f->w / 2, f->sw, f->sh, kFilterBilinear);
-  const fc_rect old_band = f->band;
-  if (shown >= 0) {
-    if (shown != f->cur) render_piece(f, shown);
-    blend_band(f, f->out);
+  if (!f->captions) {
+    *changed = dirty;
+    return clean;
   }
-  if (shown != f->last_shown) /* the caption came, went or changed */
-    ch = rect_union(ch, rect_union(old_band, f->band));
-  f->last_shown = shown;
-  *changed = ch;
+  /* the caption: the band where it came, went or changed is redrawn whole */
+  const int shown = piece_at(f, cues, n, sample);
+  if (shown != f->last_shown) {
+    const fc_rect old_band = f->last_shown >= 0 ? f->band : (fc_rect){0, 0, 0, 0};
+    if (shown >= 0 && shown != f->cur) render_piece(f, shown);
+    dirty = rect_union(dirty, rect_union(old_band, shown >= 0 ? f->band : (fc_rect){0, 0, 0, 0}));
+    f->last_shown = shown;
+  }
+  if (!known) dirty = whole;
+  copy_rect(clean, f->out, f->w, f->h, dirty);
+  if (shown >= 0) blend_band(f, f->out, dirty);
+  *changed = dirty;
   return f->out;
 }

@@ -41,36 +41,51 @@ static int bulk_hook(void *user, const fc_lipsync_req *reqs, fc_patch *out,
   return fc_lipsync_pool_hook(r->lsc, reqs, out, info, n);
 }
 
-/* The espeak voice of spec->voice: "voice" or "espeak:voice"; other providers are not spoken
- * here yet. */
-static int espeak_voice(const char *v, const char **out) {
-  *out = NULL;
-  if (!v) return 0;
-  const char *colon = strchr(v, ':');
-  if (!colon) {
-    *out = v;
-    return 0;
+/* spec->voice as provider and voice: "voice" and "espeak:voice" are espeak's (provider NULL),
+ * "provider:voice" another's (the env's speak hook). */
+static void split_voice(const char *v, char *provider, size_t cap, const char **voice) {
+  provider[0] = 0;
+  *voice = v;
+  const char *colon = v ? strchr(v, ':') : NULL;
+  if (!colon) return;
+  *voice = colon[1] ? colon + 1 : NULL;
+  if ((size_t)(colon - v) == 6 && !strncmp(v, "espeak", 6)) return;
+  snprintf(provider, cap, "%.*s", (int)(colon - v), v);
+}
+
+/* One sentence's speech: espeak, or the provider through the env's hook. */
+static int speak(const fc_video_spec *s, const fc_video_env *env, const char *text,
+                 fc_speech *out) {
+  char provider[64];
+  const char *voice;
+  split_voice(s->voice, provider, sizeof provider, &voice);
+  if (!provider[0]) {
+    fc_tts_params tp = {.voice = voice};
+    return fc_tts_speak(text, &tp, out);
   }
-  if ((size_t)(colon - v) == 6 && !strncmp(v, "espeak", 6)) {
-    *out = colon[1] ? colon + 1 : NULL;
-    return 0;
+  if (!env->speak)
+    return fc_error_set(FC_EUNSUPPORTED, "voice: provider '%s' is not available for videos "
+                        "(espeak voices only here)", provider);
+  int err = env->speak(env->user, provider, voice, text, out);
+  if (!err && out->audio.rate && out->audio.rate != FC_SAMPLE_RATE) {
+    fc_speech_free(out);
+    return fc_error_set(FC_EINVAL, "voice: provider '%s' gave audio at %d Hz, not 16000",
+                        provider, out->audio.rate);
   }
-  return fc_error_set(FC_EUNSUPPORTED, "voice: provider '%.*s' is not available for videos "
-                      "(espeak voices only)", (int)(colon - v), v);
+  return err;
 }
 
 /* The shard's sentences into the stream, one TTS call each; cues[i] is sentence i's speech
  * within the shard (padding excluded). */
-static int push_script(const fc_video_spec *s, const fc_plan_shard *sh, fc_stream *st,
-                       const int *cancel, fc_cue *cues, int *n_cues) {
-  fc_tts_params tp = {0};
-  int err = espeak_voice(s->voice, &tp.voice);
+static int push_script(const fc_video_spec *s, const fc_video_env *env, const fc_plan_shard *sh,
+                       fc_stream *st, const int *cancel, fc_cue *cues, int *n_cues) {
+  int err = 0;
   int64_t at = 0;
   for (int i = 0; !err && i < sh->n_sentences; i++) {
     if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED))
       return fc_error_set(FC_ECANCELED, "canceled");
     fc_speech sp = {0};
-    if (!(err = fc_tts_speak(sh->sentences[i], &tp, &sp)) && sp.audio.n > 0 &&
+    if (!(err = speak(s, env, sh->sentences[i], &sp)) && sp.audio.n > 0 &&
         !(err = fc_stream_push_speech(st, sp.audio.samples, sp.audio.n, sp.ph, sp.n_ph, NULL))) {
       cues[*n_cues] = (fc_cue){sh->sentences[i], at, at + (int64_t)sp.audio.n};
       (*n_cues)++;
@@ -100,6 +115,54 @@ static int push_audio(const fc_video_spec *s, const fc_plan_shard *sh, const fc_
   else err = fc_stream_push_speech(st, a.samples + from, n, NULL, 0, NULL);
   fc_audio_free(&a);
   return err;
+}
+
+int fc_video_plan_create_audio(const fc_video_spec *s, const char *shared_dir, int max_shards,
+                               double min_seconds, fc_video_plan **out) {
+  *out = NULL;
+  if (!s || !s->audio) return fc_error_set(FC_EINVAL, "plan: not an audio spec");
+  if (min_seconds <= 0) min_seconds = 20;
+  if (max_shards < 1) max_shards = 1;
+  if (max_shards > FC_PLAN_MAX_SHARDS) max_shards = FC_PLAN_MAX_SHARDS;
+  char *path = g_build_filename(shared_dir ? shared_dir : ".", s->audio, NULL);
+  fc_audio a = {0};
+  int err = fc_audio_decode_file(path, MAX_AUDIO_SECONDS, &a);
+  g_free(path);
+  if (err) return fc_error_set(err, "audio: %s", fc_error_detail(err));
+  const int64_t frames = ((int64_t)a.n + FC_SAMPLES_PER_FRAME - 1) / FC_SAMPLES_PER_FRAME;
+  int n = (int)(frames / (int64_t)(min_seconds * 25));
+  if (n > max_shards) n = max_shards;
+  if (n < 1) n = 1;
+  fc_video_plan *p = g_new0(fc_video_plan, 1);
+  p->kind = FC_PLAN_AUDIO;
+  p->shards = g_new0(fc_plan_shard, n);
+  /* Each cut at the quietest frame within 2 s of where an even cut would be: a join inside a
+   * pause is one nobody can see. */
+  int64_t from = 0;
+  for (int k = 0; k < n; k++) {
+    int64_t cut = frames;
+    if (k < n - 1) {
+      const int64_t even = frames * (k + 1) / n;
+      double best = -1;
+      for (int64_t f = even - 50; f <= even + 50; f++) {
+        if (f <= from + 25 || f >= frames - 25) continue;
+        double e = 0;
+        for (size_t i = (size_t)f * FC_SAMPLES_PER_FRAME; i < (size_t)(f + 1) * FC_SAMPLES_PER_FRAME && i < a.n; i++)
+          e += (double)a.samples[i] * a.samples[i];
+        /* the quietest; of equally quiet ones (digital silence) the nearest */
+        if (best < 0 || e < best || (e == best && llabs(f - even) < llabs(cut - even)))
+          best = e, cut = f;
+      }
+      if (best < 0) cut = even > from ? even : from + 1;
+    }
+    p->shards[k].from = from;
+    p->shards[k].frames = k < n - 1 ? cut - from : -1;
+    p->n++;
+    from = cut;
+  }
+  fc_audio_free(&a);
+  *out = p;
+  return 0;
 }
 
 int fc_video_shard_render(const fc_video_spec *s, const fc_video_plan *p, int k,
@@ -132,13 +195,14 @@ int fc_video_shard_render(const fc_video_spec *s, const fc_video_plan *p, int k,
                            .max_pending = (size_t)(MAX_AUDIO_SECONDS * FC_SAMPLE_RATE)};
   if (!(st = fc_stream_create(&spar, &err))) goto done;
   if (p->kind == FC_PLAN_AUDIO) err = push_audio(s, sh, env, st);
-  else err = push_script(s, sh, st, cancel, cues, &meta.n_cues);
+  else err = push_script(s, env, sh, st, cancel, cues, &meta.n_cues);
   if (err) goto done;
   fc_stream_end(st);
 
   if (!(fr = fc_bulk_frame_create(s, av, env->shared_dir, &err))) goto done;
   fc_bulk_frame_size(fr, &meta.width, &meta.height);
   fc_h264enc_params ep = {.width = meta.width, .height = meta.height, .qp = BULK_QP,
+                          .preset = env->preset, /* NULL: h264enc's bulk default */
                           .threads = env->encoder_threads > 0 ? env->encoder_threads : 1};
   if (!(vf = fc_bulk_tmp_open(vpath, &vtmp, &err)) || !(af = fc_bulk_tmp_open(apath, &atmp, &err)))
     goto done;

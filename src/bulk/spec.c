@@ -20,6 +20,7 @@
 #include <string.h>
 
 #define MAX_SCRIPT 200000  /* bytes: about 3 hours of speech */
+#define MAX_BODY (6 * MAX_SCRIPT + 64 * 1024)
 #define MAX_NAME 1024      /* a path, a voice, a URL */
 #define MAX_SIDE 4096
 #define MIN_SIDE 16
@@ -83,6 +84,9 @@ static int str_member(JsonObject *o, const char *name, const char **out) {
   if (!JSON_NODE_HOLDS_VALUE(n) || json_node_get_value_type(n) != G_TYPE_STRING)
     return fc_error_set(FC_EINVAL, "%s: expected a string", name);
   *out = json_node_get_string(n);
+  /* json-glib takes a broken \u escape ("\uF2" and then no hex) and makes what it makes of it;
+   * such text could not be written back as JSON */
+  if (!g_utf8_validate(*out, -1, NULL)) return fc_error_set(FC_EINVAL, "%s: not UTF-8 text", name);
   return 0;
 }
 
@@ -209,8 +213,9 @@ static int spec_from_object(JsonObject *o, fc_video_spec *s) {
 int fc_video_spec_parse(const char *json, size_t len, fc_video_spec **out) {
   *out = NULL;
   if (!json) return fc_error_set(FC_EINVAL, "body: empty");
-  if (len > MAX_SCRIPT + 64 * 1024)
-    return fc_error_set(FC_EINVAL, "body: longer than %d bytes", MAX_SCRIPT + 64 * 1024);
+  /* room for a script at its limit written with escapes (\u00XX: 6 bytes a character), as
+   * fc_video_spec_json may write it back */
+  if (len > MAX_BODY) return fc_error_set(FC_EINVAL, "body: longer than %d bytes", MAX_BODY);
   char why[200];
   JsonObject *o;
   JsonParser *p = fc_json_parse_object(json, len, FC_JSON_MAX_DEPTH, &o, why, sizeof why);
@@ -286,6 +291,14 @@ void fc_video_plan_free(fc_video_plan *p) {
 }
 
 int fc_video_plan_shards(const fc_video_plan *p) { return p ? p->n : 0; }
+
+int fc_video_plan_sentences(const fc_video_plan *p, int k) {
+  return p && k >= 0 && k < p->n ? p->shards[k].n_sentences : 0;
+}
+
+const char *fc_video_plan_sentence(const fc_video_plan *p, int k, int i) {
+  return i >= 0 && i < fc_video_plan_sentences(p, k) ? p->shards[k].sentences[i] : NULL;
+}
 
 /* Where the sentence that starts at t ends (bytes): after ., !, ? or an ellipsis followed by
  * space (closing quotes and brackets go with it), at a line break, after CJK full stops, or at
@@ -455,6 +468,7 @@ static int plan_from_object(JsonObject *o, fc_video_plan *p) {
     for (guint i = 0; i < m; i++) {
       JsonNode *t = json_array_get_element(sa, i);
       if (!JSON_NODE_HOLDS_VALUE(t) || json_node_get_value_type(t) != G_TYPE_STRING ||
+          !g_utf8_validate(json_node_get_string(t), -1, NULL) ||
           !has_words(json_node_get_string(t)))
         return fc_error_set(FC_EFORMAT, "plan: shard %u: sentence %u is not text", k, i);
       sh->sentences[sh->n_sentences++] = g_strdup(json_node_get_string(t));

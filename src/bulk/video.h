@@ -51,7 +51,16 @@ typedef struct fc_video_plan fc_video_plan;
 /* Cuts s into at most max_shards shards of at least min_shard_chars characters each (0: 200). */
 int fc_video_plan_create(const fc_video_spec *s, int max_shards, int min_shard_chars,
                          fc_video_plan **out);
+/* For an audio spec (fc_video_plan_create gives it one shard, its length being unknown): the
+ * file (spec->audio under shared_dir) decoded and cut into at most max_shards frame-aligned
+ * ranges of at least min_seconds (0: 20) each, every cut at the quietest frame within 2 s of
+ * an even cut. Errors: those of decoding, named "audio: ...". */
+int fc_video_plan_create_audio(const fc_video_spec *s, const char *shared_dir, int max_shards,
+                               double min_seconds, fc_video_plan **out);
 int fc_video_plan_shards(const fc_video_plan *p);
+/* Shard k's sentences (script plans; 0 for audio) and sentence i of them (borrowed). */
+int fc_video_plan_sentences(const fc_video_plan *p, int k);
+const char *fc_video_plan_sentence(const fc_video_plan *p, int k, int i);
 /* As JSON (stored with the job, so every worker renders the same cut) and back. g_free. */
 char *fc_video_plan_json(const fc_video_plan *p);
 int fc_video_plan_parse(const char *json, size_t len, fc_video_plan **out);
@@ -67,6 +76,15 @@ typedef struct fc_video_env {
   void *user;
   const char *shared_dir; /* where spec->audio and background_image are relative to */
   int encoder_threads;    /* x264 threads per shard (0: 1) */
+  const char *preset;     /* x264 preset of the shards (NULL: bulk's default); every shard of a
+                           * video must use the same one (the join checks) */
+  /* Speaks one sentence with a voice of a TTS provider (spec->voice "provider:voice", e.g.
+   * "edge:en-US-AriaNeural"): 16 kHz mono into out (phonemes optional: without them the mouth
+   * follows the audio), 0 or an error with its detail; FC_EUNSUPPORTED for a provider it does
+   * not have. NULL: only espeak's voices ("voice" or "espeak:voice"). Called from the shard's
+   * thread, once per sentence (the audio's length is the sentence's caption time). */
+  int (*speak)(void *user, const char *provider, const char *voice, const char *text,
+               fc_speech *out);
 } fc_video_env;
 
 typedef void (*fc_video_progress_cb)(void *user, int64_t frames_done, int64_t frames_total);

@@ -15,7 +15,7 @@ static void usage(FILE *f) {
         "  serve    real-time talking sessions in the browser (WebRTC), LiveTalking's API\n"
         "  worker   render bulk video jobs from Redis (beside serve --redis nodes)\n"
         "  render   speech (text or WAV) + portrait -> lip-synced MP4\n"
-        "  bench    measure speed (bench render|serve|model|pack)\n"
+        "  bench    measure speed (bench render|serve|model|pack|chat|bulk)\n"
         "  wav2lip  run the Wav2Lip network on .npy tensors (wav2lip infer)\n"
         "  avatar   prepare avatars from a video or photo (avatar create|list|show)\n"
         "  keys     API keys for serve --api-keys (keys add|remove|list)\n"

@@ -15,7 +15,7 @@ struct fc_tasks {
   GMutex lock;
   GHashTable *jobs; /* id → fc_task* (the kind's struct) */
   GThreadPool *pool; /* one thread */
-  fc_webhook *notifier; /* POSTs to notify URLs from a thread of its own (webhook.h) */
+  fc_webhook *notifier; /* the server's (srv->webhook): POSTs to notify URLs (webhook.h) */
   unsigned seq;
 };
 
@@ -128,7 +128,7 @@ fc_tasks *fc_tasks_new(fc_server *srv, const fc_task_kind *kind) {
   g_mutex_init(&ts->lock);
   ts->jobs = g_hash_table_new(g_str_hash, g_str_equal); /* values freed by hand: kind->destroy */
   ts->pool = g_thread_pool_new(run_job, ts, 1, TRUE, NULL);
-  ts->notifier = fc_webhook_new(srv ? srv->p.webhook_secret : NULL);
+  ts->notifier = srv->webhook;
   return ts;
 }
 
@@ -141,7 +141,6 @@ void fc_tasks_free(fc_tasks *ts) {
   while (g_hash_table_iter_next(&it, NULL, &v)) fc_task_cancel(v);
   g_mutex_unlock(&ts->lock);
   g_thread_pool_free(ts->pool, TRUE, TRUE);
-  fc_webhook_free(ts->notifier); /* the notice being sent (3 s at most); no more */
   g_hash_table_iter_init(&it, ts->jobs);
   while (g_hash_table_iter_next(&it, NULL, &v)) destroy(ts, v);
   g_hash_table_destroy(ts->jobs);

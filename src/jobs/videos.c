@@ -381,10 +381,12 @@ static void h_videos(SoupServer *server, SoupServerMessage *msg, const char *pat
       const char *l = fc_http_query_get(qs, "limit"), *a = fc_http_query_get(qs, "after");
       char *end = NULL;
       long n = l ? strtol(l, &end, 10) : LIST_DEFAULT;
-      if ((l && (!*l || *end || n < 1 || n > LIST_MAX)) || (a && *a && !fc_vjob_id_valid(a))) {
-        fc_http_error(msg, 400, l && (*end || n < 1 || n > LIST_MAX) ? "limit: expected 1..%d"
-                                                                      : "after: not a video id (%d)",
-                      LIST_MAX);
+      if (l && (!*l || *end || n < 1 || n > LIST_MAX)) {
+        fc_http_error(msg, 400, "limit: expected 1..%d", LIST_MAX);
+        goto refused;
+      }
+      if (a && *a && !fc_vjob_id_valid(a)) {
+        fc_http_error(msg, 400, "after: not a video id");
         goto refused;
       }
       q->op = OP_LIST;
@@ -415,8 +417,8 @@ static void h_videos(SoupServer *server, SoupServerMessage *msg, const char *pat
     else if (slash && get && !strcmp(slash, "/captions.vtt"))
       q->op = OP_FILE, q->file_name = "captions.vtt", q->file_type = "text/vtt";
     else {
-      fc_http_error(msg, slash ? 404 : 405, slash ? "no such video route" : "method %s not allowed "
-                    "here (use GET or DELETE)", method);
+      if (slash) fc_http_error(msg, 404, "no such video route");
+      else fc_http_error(msg, 405, "method %s not allowed here (use GET or DELETE)", method);
       goto refused;
     }
   }
@@ -510,7 +512,7 @@ int fc_videos_start(fc_server *srv, int *err) {
     int slots = p->render_slots ? p->render_slots : (int)g_get_num_processors();
     int cores = (int)g_get_num_processors();
     fc_vrun_params rp = {.store = v->store, .slots = slots, .shared_dir = v->shared,
-                         .webhook_secret = p->webhook_secret,
+                         .webhook = srv->webhook, .webhook_secret = p->webhook_secret,
                          .env = {.pool = srv->pool, .avatar_get = env_avatar_get,
                                  .avatar_put = env_avatar_put, .user = srv,
                                  .encoder_threads = cores > slots ? cores / slots : 1}};
@@ -519,11 +521,21 @@ int fc_videos_start(fc_server *srv, int *err) {
   /* a short retention is swept often enough to be kept to within a second or two */
   v->expire_timer = g_timeout_add_seconds(MIN(EXPIRE_EVERY_S, MAX(1, v->retention_s / 2)), expire_tick, v);
   fc_http_route(srv, "/v1/videos", h_videos);
-  g_message("videos: /v1/videos, files in %s, %s store, %d render slots, kept %d s, %d "
-            "requests/min", v->shared, p->redis_url ? "redis" : "local",
-            v->run ? (p->render_slots ? p->render_slots : (int)g_get_num_processors()) : 0,
-            v->retention_s, v->rate_per_min);
   return *err = FC_OK;
+}
+
+void fc_videos_log_start(fc_server *srv) {
+  fc_videos *v = srv->videos;
+  if (!v || v->off) return;
+  int slots = srv->p.render_slots < 0 ? 0 : srv->p.render_slots ? srv->p.render_slots
+                                                                 : (int)g_get_num_processors();
+  char rate[48] = "no rate limit";
+  if (v->rate_per_min > 0) snprintf(rate, sizeof rate, "%d requests/min", v->rate_per_min);
+  g_message("videos: /v1/videos, files in %s, %s store, %d render slots, kept %d s, %s",
+            v->shared, srv->p.redis_url ? "redis" : "local", slots, v->retention_s, rate);
+  if (!slots && !srv->p.redis_url)
+    g_warning("videos: --render-slots 0 with the local store: nothing will render the jobs "
+              "submitted here (workers need --redis)");
 }
 
 void fc_videos_free(fc_server *srv) {
@@ -603,11 +615,8 @@ void fc_videos_metrics(fc_server *srv, GString *o) {
       "# HELP facecast_video_x_realtime Video seconds per render second of the last completed job\n"
       "# TYPE facecast_video_x_realtime gauge\nfacecast_video_x_realtime %.3f\n"
       "# HELP facecast_video_seconds_total Seconds of video completed\n"
-      "# TYPE facecast_video_seconds_total counter\nfacecast_video_seconds_total %.3f\n"
-      "# HELP facecast_webhook_failures_total Video callbacks whose delivery failed for good\n"
-      "# TYPE facecast_webhook_failures_total counter\nfacecast_webhook_failures_total %llu\n"
-      "# HELP facecast_webhook_dropped_total Video callbacks dropped unsent (queue full)\n"
-      "# TYPE facecast_webhook_dropped_total counter\nfacecast_webhook_dropped_total %llu\n",
-      rs.x_realtime_last, rs.video_seconds, (unsigned long long)rs.webhook_failures,
-      (unsigned long long)rs.webhook_dropped);
+      "# TYPE facecast_video_seconds_total counter\nfacecast_video_seconds_total %.3f\n",
+      rs.x_realtime_last, rs.video_seconds);
+  /* callbacks go through the server's sender: facecast_webhook_failures_total and
+   * facecast_webhook_dropped_total (metrics.c) count them with the tasks' notices */
 }

@@ -50,6 +50,7 @@ struct fc_vrun {
   fc_vrun_params p;
   char *shared, *secret;
   fc_webhook *webhook;
+  int own_webhook;      /* made here (no sender given) */
   slot *slots;
   int n_slots;
   gint stop;
@@ -397,7 +398,8 @@ fc_vrun *fc_vrun_create(const fc_vrun_params *p, int *err) {
   g_cond_init(&r->keeper_wake);
   g_mutex_init(&r->stat_lock);
   r->hooks = g_ptr_array_new();
-  r->webhook = fc_webhook_new(r->secret);
+  r->own_webhook = !p->webhook;
+  r->webhook = p->webhook ? p->webhook : fc_webhook_new(r->secret);
   r->slots = g_new0(slot, r->n_slots);
   if (!(r->keeper_st = fc_vstore_clone(p->store, err))) goto fail;
   for (int i = 0; i < r->n_slots; i++) {
@@ -425,7 +427,7 @@ void fc_vrun_destroy(fc_vrun *r) {
   for (int i = 0; i < r->n_slots; i++)
     if (r->slots[i].thread) g_thread_join(r->slots[i].thread);
   if (r->keeper) g_thread_join(r->keeper);
-  fc_webhook_free(r->webhook); /* a callback in flight gets its few seconds */
+  if (r->own_webhook) fc_webhook_free(r->webhook); /* a callback in flight gets its seconds */
   for (guint i = 0; i < r->hooks->len; i++) {
     hook *h = r->hooks->pdata[i];
     fc_webhook_log_unref(h->log);
@@ -450,7 +452,6 @@ void fc_vrun_stats_get(fc_vrun *r, fc_vrun_stats *out) {
   g_mutex_lock(&r->stat_lock);
   *out = r->stats;
   g_mutex_unlock(&r->stat_lock);
-  out->webhook_dropped = fc_webhook_dropped(r->webhook);
   char (*jobs)[40] = g_malloc0(sizeof *jobs * (size_t)r->n_slots);
   out->busy_jobs = 0;
   for (int i = 0; i < r->n_slots; i++) {

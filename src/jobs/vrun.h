@@ -27,7 +27,9 @@ typedef struct fc_vrun_params {
   int slots;              /* render threads; 0: the machine's cores */
   const char *shared_dir; /* the jobs' folders (copied) */
   fc_video_env env;       /* what a shard renders with (its shared_dir is set from the above) */
-  const char *webhook_secret; /* signs callbacks (NULL: unsigned); copied */
+  struct fc_webhook *webhook; /* the sender for callbacks (the server's; not owned), or NULL:
+                              * the runner makes its own, signing with webhook_secret */
+  const char *webhook_secret; /* (NULL: unsigned); copied */
 } fc_vrun_params;
 
 fc_vrun *fc_vrun_create(const fc_vrun_params *p, int *err);
@@ -52,8 +54,8 @@ typedef struct fc_vrun_stats {
   fc_vrun_hist render_s;     /* first item taken → completed */
   double x_realtime_last;    /* video seconds / render seconds of the last completed job */
   double video_seconds;      /* of every completed job */
-  uint64_t webhook_failures; /* callbacks whose every attempt failed (or got a final refusal) */
-  uint64_t webhook_dropped;  /* callbacks dropped unsent (the sender's queue was full) */
+  uint64_t webhook_failures; /* callbacks whose every attempt failed (or got a final refusal);
+                              * the sender's own figures (webhook.h) count every delivery */
 } fc_vrun_stats;
 void fc_vrun_stats_get(fc_vrun *r, fc_vrun_stats *out);
 

@@ -4,7 +4,19 @@
  * small queue ordered by when each delivery is due; it waits on a condition until the
  * earliest is due, so a receiver in back-off never holds up another's first try, and callers
  * only take a mutex to queue. The schedule and the signature are pure functions, tested on
- * their own (tests/test_webhook.c) against RFC 4231's HMAC-SHA256 vectors. */
+ * their own (tests/test_webhook.c) against RFC 4231's HMAC-SHA256 vectors.
+ *
+ * Start-up: the classes the sender needs are made on the caller's thread before the sender
+ * thread exists, and that thread makes its session at its first delivery. GObject makes a
+ * class under one process-wide lock, and SoupSession's class asks for GInetSocketAddress's
+ * type; a server starting registers that type itself (binding its port, which takes the same
+ * lock), so a sender thread making its session at that moment and the server waited for each
+ * other for ever: e2e_api and e2e_hardening hung so under ASan (test_webhook's
+ * test_startup_race makes it happen).
+ *
+ * Shutdown is bounded: the attempt in flight gets 3 s, then is cancelled; a thread still not
+ * done 2 s later (a name lookup, which GLib cannot cancel) is left to finish on its own and
+ * frees the sender itself (hence the reference count). */
 #include "jobs/webhook.h"
 
 #include <libsoup/soup.h>
@@ -141,17 +153,19 @@ typedef struct delivery {
   char id[40];
   fc_webhook_log *log;
   int attempts; /* made so far */
+  int ok;       /* one was answered 2xx */
   gint64 due;   /* monotonic µs */
 } delivery;
 
 struct fc_webhook {
+  gint ref; /* the caller's and the thread's */
   char *secret;
   int base_ms, timeout_s;
   GMutex lock;
   GCond cond;
   GQueue queue; /* delivery*, oldest first (retries go to the back) */
   int stop, done;
-  unsigned dropped;
+  unsigned dropped, failures;
   GCancellable *cancel; /* the attempt in flight, at shutdown */
   GThread *thread;
 };
@@ -210,7 +224,8 @@ static gint64 attempt_once(fc_webhook *w, SoupSession *s, delivery *d) {
   }
   log_add(d->log, &at);
   gint64 wait = -1;
-  if (at.status < 200 || at.status >= 300) {
+  d->ok = at.status >= 200 && at.status < 300;
+  if (!d->ok) {
     if (fc_webhook_retryable(at.status)) wait = fc_webhook_delay_ms(d->attempts, w->base_ms, retry_after);
     if (wait < 0) /* the receiver's address is the client's; the secret never appears */
       g_warning("webhook %s %s to %s: %s%s", d->event, d->id, d->url,
@@ -223,11 +238,25 @@ static gint64 attempt_once(fc_webhook *w, SoupSession *s, delivery *d) {
   return wait;
 }
 
+static void webhook_unref(fc_webhook *w) {
+  if (!g_atomic_int_dec_and_test(&w->ref)) return;
+  g_object_unref(w->cancel);
+  g_cond_clear(&w->cond);
+  g_mutex_clear(&w->lock);
+  if (w->secret) {
+    memset(w->secret, 0, strlen(w->secret));
+    g_free(w->secret);
+  }
+  g_free(w);
+}
+
 static gpointer sender_thread(gpointer data) {
   fc_webhook *w = data;
-  SoupSession *s = soup_session_new_with_options("timeout", w->timeout_s, "idle-timeout",
-                                                 w->timeout_s, "user-agent", "facecast-webhook",
-                                                 NULL);
+  /* Whatever the session attaches (connections' idle timers) goes to a context of this thread,
+   * never to the server's main loop, which would touch the connections from another thread. */
+  GMainContext *ctx = g_main_context_new();
+  g_main_context_push_thread_default(ctx);
+  SoupSession *s = NULL; /* made at the first delivery, long after start-up (see the top) */
   g_mutex_lock(&w->lock);
   while (!w->stop) {
     GList *first = NULL;
@@ -244,8 +273,12 @@ static gpointer sender_thread(gpointer data) {
     }
     g_queue_delete_link(&w->queue, first);
     g_mutex_unlock(&w->lock);
+    if (!s)
+      s = soup_session_new_with_options("timeout", w->timeout_s, "idle-timeout", w->timeout_s,
+                                        "user-agent", "facecast-webhook", NULL);
     gint64 wait = attempt_once(w, s, d);
     g_mutex_lock(&w->lock);
+    if (wait < 0 && !d->ok) w->failures++; /* no attempt left, or a final answer */
     if (wait < 0 || w->stop) {
       delivery_free(d);
     } else {
@@ -256,11 +289,16 @@ static gpointer sender_thread(gpointer data) {
   const unsigned left = w->queue.length;
   delivery *d;
   while ((d = g_queue_pop_head(&w->queue))) delivery_free(d);
+  g_mutex_unlock(&w->lock);
+  if (left) g_warning("webhook: %u deliveries dropped at shutdown", left);
+  if (s) g_object_unref(s);
+  g_main_context_pop_thread_default(ctx);
+  g_main_context_unref(ctx);
+  g_mutex_lock(&w->lock);
   w->done = 1;
   g_cond_broadcast(&w->cond);
   g_mutex_unlock(&w->lock);
-  if (left) g_warning("webhook: %u deliveries dropped at shutdown", left);
-  g_object_unref(s);
+  webhook_unref(w);
   return NULL;
 }
 
@@ -272,8 +310,22 @@ static int env_int(const char *name, int dflt, int lo, int hi) {
   return *end || n < lo || n > hi ? dflt : (int)n;
 }
 
+/* Makes, on the calling thread, the classes a session and a message need (see the top): a
+ * session and a message made and dropped, no I/O. */
+static gpointer make_client_classes(gpointer unused) {
+  (void)unused;
+  SoupSession *s = soup_session_new();
+  SoupMessage *m = soup_message_new("POST", "http://127.0.0.1/");
+  if (m) g_object_unref(m);
+  g_object_unref(s);
+  return NULL;
+}
+
 fc_webhook *fc_webhook_new(const char *secret) {
+  static GOnce classes = G_ONCE_INIT;
+  g_once(&classes, make_client_classes, NULL);
   fc_webhook *w = g_new0(fc_webhook, 1);
+  w->ref = 2;
   w->secret = secret && *secret ? g_strdup(secret) : NULL;
   w->base_ms = env_int("FACECAST_WEBHOOK_BACKOFF_MS", 1000, 1, 60000);
   w->timeout_s = env_int("FACECAST_WEBHOOK_TIMEOUT_S", FC_WEBHOOK_TIMEOUT_S, 1, 60);
@@ -290,19 +342,22 @@ void fc_webhook_free(fc_webhook *w) {
   g_mutex_lock(&w->lock);
   w->stop = 1;
   g_cond_broadcast(&w->cond);
-  const gint64 until = g_get_monotonic_time() + 3 * G_USEC_PER_SEC;
+  gint64 until = g_get_monotonic_time() + 3 * G_USEC_PER_SEC;
   while (!w->done && g_cond_wait_until(&w->cond, &w->lock, until)) {}
   g_mutex_unlock(&w->lock);
   g_cancellable_cancel(w->cancel); /* an attempt still in flight ends now */
-  g_thread_join(w->thread);
-  g_object_unref(w->cancel);
-  g_cond_clear(&w->cond);
-  g_mutex_clear(&w->lock);
-  if (w->secret) {
-    memset(w->secret, 0, strlen(w->secret));
-    g_free(w->secret);
+  g_mutex_lock(&w->lock);
+  until = g_get_monotonic_time() + 2 * G_USEC_PER_SEC;
+  while (!w->done && g_cond_wait_until(&w->cond, &w->lock, until)) {}
+  const int done = w->done;
+  g_mutex_unlock(&w->lock);
+  if (done) {
+    g_thread_join(w->thread);
+  } else { /* stuck where cancelling cannot reach: it finishes, and frees w, on its own */
+    g_warning("webhook: the sender is still busy 5 s after stopping; not waiting for it");
+    g_thread_unref(w->thread);
   }
-  g_free(w);
+  webhook_unref(w);
 }
 
 void fc_webhook_send(fc_webhook *w, const char *url, const char *event, const char *json,
@@ -336,6 +391,13 @@ void fc_webhook_send(fc_webhook *w, const char *url, const char *event, const ch
 unsigned fc_webhook_dropped(fc_webhook *w) {
   g_mutex_lock(&w->lock);
   unsigned n = w->dropped;
+  g_mutex_unlock(&w->lock);
+  return n;
+}
+
+unsigned fc_webhook_failures(fc_webhook *w) {
+  g_mutex_lock(&w->lock);
+  unsigned n = w->failures;
   g_mutex_unlock(&w->lock);
   return n;
 }

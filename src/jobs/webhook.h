@@ -55,16 +55,21 @@ void fc_webhook_log_json(fc_webhook_log *log, GString *out);
 
 /* ---- the sender ---- */
 typedef struct fc_webhook fc_webhook;
-/* secret: NULL or "" = unsigned (copied; never logged). Starts the sender's thread.
+/* secret: NULL or "" = unsigned (copied; never logged). Starts the sender's thread, after
+ * making the libsoup classes it needs on the calling thread (why: webhook.c).
  * $FACECAST_WEBHOOK_BACKOFF_MS and $FACECAST_WEBHOOK_TIMEOUT_S shorten the schedule (tests). */
 fc_webhook *fc_webhook_new(const char *secret);
 /* Stops: an attempt in flight gets up to 3 s, then is cancelled; queued deliveries are dropped
- * (counted in a warning). NULL is fine. */
+ * (counted in a warning). Returns within 5 s whatever the receivers do (a thread stuck where
+ * cancelling cannot reach is left to finish alone). NULL is fine. */
 void fc_webhook_free(fc_webhook *w);
 /* Queues a POST of json to url (copied); its attempts go to log (may be NULL). Never blocks. */
 void fc_webhook_send(fc_webhook *w, const char *url, const char *event, const char *json,
                      fc_webhook_log *log);
 /* Deliveries dropped because the queue was full, since the start. */
 unsigned fc_webhook_dropped(fc_webhook *w);
+/* Deliveries that ended without a 2xx answer (attempts used up, or a final answer such as 400,
+ * or a bad URL), since the start. Those dropped at shutdown are not counted. */
+unsigned fc_webhook_failures(fc_webhook *w);
 
 #endif

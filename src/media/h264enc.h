@@ -24,7 +24,7 @@ typedef struct fc_h264enc fc_h264enc;
 typedef struct fc_h264enc_params {
   int width, height; /* even */
   int fps;           /* 0: 25 */
-  const char *preset; /* x264 preset; NULL: "veryfast" */
+  const char *preset; /* x264 preset; NULL: ultrafast with CABAC and deblocking (h264enc.c) */
   int qp;            /* > 0: constant quantizer (lets unchanged macroblocks be skipped);
                       * 0: CRF crf */
   int crf;           /* 0: 23 */

@@ -132,6 +132,9 @@ typedef struct fc_server {
   GHashTable *recordings; /* session id → fc_recording: its last finished one (main loop) */
   GThreadPool *workers;
 
+  /* The server's one webhook sender (jobs/webhook.h): the task tables' notify URLs go through
+   * it, and /metrics reports its failures; made before them, freed after them. */
+  struct fc_webhook *webhook;
   struct fc_avatar_tasks *avatar_tasks; /* src/jobs/avatars.c */
   struct fc_tasks *render_tasks;       /* src/jobs/renders.c (jobs/tasks.h) */
   struct fc_videos *videos;            /* src/jobs/videos.c: /v1/videos, its store and runner */
@@ -527,6 +530,7 @@ static inline int fc_server_max_batch(const fc_server *srv) { return srv->gpu ? 
  * retention sweep. _start registers the routes (0 or an error with its detail); _free before
  * the lip-sync pool (renders are its clients); _metrics appends the job families. */
 int fc_videos_start(fc_server *srv, int *err);
+void fc_videos_log_start(fc_server *srv); /* says how it runs, once the server has started */
 void fc_videos_free(fc_server *srv);
 void fc_videos_metrics(fc_server *srv, GString *out);
 /* admin.c: GET /api/admin/config, /api/admin/sessions; stopping a session. */

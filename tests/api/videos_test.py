@@ -199,6 +199,24 @@ def audio_jobs(c, hook_port):
         check(d is not None and d["status"] == "completed" and d["frames"] == 50,
               "the fetched audio's job completes")
         ids.append(js["data"]["id"])
+    # a RIFF/WAVE file without a format: the shard fails, the job says why, the callback too
+    bad = b"RIFF" + (400).to_bytes(4, "little") + b"WAVE" + b"LIST" + (8).to_bytes(4, "little") + \
+        b"garbage!" + bytes(range(256))
+    body, ctype = A.multipart({"audio": ("bad.wav", bad),
+                               "callback_url": (None, f"http://127.0.0.1:{hook_port}/hook".encode())})
+    st, js, _, _ = c.req("POST", "/v1/videos", body, ctype=ctype)
+    if st == 201:
+        d = wait_job(c, js["data"]["id"])
+        check(d is not None and d["status"] == "failed" and d["error"].startswith("shard 1:"),
+              f"a broken WAV: the job fails with the shard's error ({d and d.get('error')})")
+        end = time.time() + 15
+        while time.time() < end and not any(b"video.failed" in h[1] for h in HOOKS):
+            time.sleep(0.2)
+        hb = [json.loads(h[1]) for h in HOOKS if b"video.failed" in h[1]]
+        check(hb and hb[0]["id"] == js["data"]["id"] and hb[0]["error"],
+              f"callback: video.failed with the error ({hb})")
+    else:
+        check(False, f"a broken WAV is taken as a job ({st} {js})")
     st, js, _, _ = c.post("/v1/videos", {"audio_url": f"http://127.0.0.1:{hook_port}/missing.wav"})
     check(A.is_error(st, js, 400) and "audio_url" in js["msg"], f"audio_url answering 404: 400 ({js})")
     return ids
@@ -337,6 +355,8 @@ def metrics(c):
             "facecast_video_seconds_total", "facecast_webhook_failures_total",
             "facecast_webhook_dropped_total"]
     check(all(w in text for w in want), "/metrics has the job families")
+    types = [ln.split()[2] for ln in text.splitlines() if ln.startswith("# TYPE ")]
+    check(len(types) == len(set(types)), "each metric family once")
     line = [ln for ln in text.splitlines() if ln.startswith('facecast_video_jobs_total{status="completed"}')]
     check(line and int(line[0].split()[-1]) >= 4, f"completed jobs counted ({line})")
 

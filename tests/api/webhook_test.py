@@ -1,7 +1,8 @@
 """Webhooks (src/jobs/webhook.h) through avatar tasks' notifyurl: a receiver that answers 500
 twice then 200 (retried, growing gaps), 429 with Retry-After (waited for), 400 and a redirect
 (final, not followed),
-one that never answers (timed out, retried; shutdown does not wait for it), the headers, the
+one that never answers (timed out, retried; shutdown does not wait for it) and one nobody
+listens to, the failures in /metrics, the headers, the
 signature checked with the secret as a receiver would, and every attempt in the task's
 notify_attempts. The back-off is shortened through $FACECAST_WEBHOOK_BACKOFF_MS (300 ms base)
 and the timeout through $FACECAST_WEBHOOK_TIMEOUT_S (1 s); the schedule itself is
@@ -12,6 +13,8 @@ import hmac
 import http.server
 import json
 import os
+import re
+import socket
 import sys
 import tempfile
 import threading
@@ -153,6 +156,23 @@ def main():
         check(len(posts("/moved")) == 3 and len(posts("/flaky")) == n,
               f"a redirect is final and not followed ({len(posts('/moved'))}, {len(posts('/flaky')) - n})")
 
+        # /metrics: the deliveries that ended without a 2xx (400 and the redirect, three each;
+        # the 500s and the 429 were retried into a 2xx), none dropped
+        def metric(name):
+            _, _, b, _ = c.req("GET", "/metrics")
+            m = re.search(r"^%s (\d+)$" % name, b.decode(), re.M)
+            return int(m.group(1)) if m else None
+        check(wait(lambda: metric("facecast_webhook_failures_total") == 6, 5) and
+              metric("facecast_webhook_dropped_total") == 0,
+              f"metrics: facecast_webhook_failures_total 6 ({metric('facecast_webhook_failures_total')}), "
+              f"facecast_webhook_dropped_total 0 ({metric('facecast_webhook_dropped_total')})")
+
+        # nobody listening: refused, retried in back-off (still queued when the server stops)
+        with socket.socket() as sk:
+            sk.bind(("127.0.0.1", 0))
+            closed = sk.getsockname()[1]
+        submit(c, "/unreachable", closed)
+
         # never answers: timed out after 1 s, retried
         tid = submit(c, "/hang", rport)
         wait(lambda: len(posts("/hang", "task.pending")) >= 2, 6)
@@ -167,7 +187,7 @@ def main():
         t0 = time.time()
         rc = stop(srv)
         took = time.time() - t0
-    check(rc == 0 and took < 8, f"shutdown with a receiver hanging: exit {rc} in {took:.1f} s")
+    check(rc == 0 and took < 8, f"shutdown with a receiver hanging and one unreachable: exit {rc} in {took:.1f} s")
     recv.shutdown()
     print(f"webhook test took {time.time() - t_start:.1f} s")
     if api_test.FAILS:
