@@ -215,6 +215,16 @@ def wait_done(api, ids, timeout):
     return last
 
 
+def metric(port, series):
+    """A series' value on a node's /metrics (0 when absent)."""
+    st, text = req(port, "GET", "/metrics")
+    text = text.decode() if isinstance(text, bytes) else ""
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
 def one_output(jid, what):
     """The job's folder holds exactly one video file, complete, and no half-written one."""
     d = os.path.join(SHARED, jid)
@@ -287,6 +297,15 @@ def main():
     check(st == 200 and isinstance(body, bytes) and
           len(body) == os.path.getsize(os.path.join(SHARED, j1, "video.mp4")),
           "job 1: the file through the API node")
+    # the workers rendered it, not the API node (it has no render slots with --redis)
+    names = []
+    for c in redis_cmd(rport, "XINFO", "CONSUMERS", "facecast:vwork", "render") or []:
+        names.append(dict(zip(c[0::2], c[1::2])).get("name"))
+    check(names and all(is_of(n, w1) or is_of(n, w2) for n in names) and
+          not any(is_of(n, api_p) for n in names),
+          "only the workers took items (%s)" % names)
+    done = sum(metric(p, 'facecast_video_jobs_total{status="completed"}') for p in (w1port, w2port))
+    check(done == 1, "the workers' /metrics count the completed job (%s)" % done)
 
     # 2. kill -9 a worker that holds an item: the other finishes the job (720p: shards that
     # take seconds, so the runner's keeper touches the items being rendered)
