@@ -301,9 +301,9 @@ def main():
     names = []
     for c in redis_cmd(rport, "XINFO", "CONSUMERS", "facecast:vwork", "render") or []:
         names.append(dict(zip(c[0::2], c[1::2])).get("name"))
-    check(names and all(is_of(n, w1) or is_of(n, w2) for n in names) and
-          not any(is_of(n, api_p) for n in names),
-          "only the workers took items (%s)" % names)
+    check(any(is_of(n, w1) for n in names) and any(is_of(n, w2) for n in names) and
+          all(is_of(n, w1) or is_of(n, w2) for n in names),
+          "both workers took items, and nobody else (%s)" % names)
     done = sum(metric(p, 'facecast_video_jobs_total{status="completed"}') for p in (w1port, w2port))
     check(done == 1, "the workers' /metrics count the completed job (%s)" % done)
 
