@@ -4,7 +4,7 @@
  * Keys (P = the prefix, "facecast:" by default; one standalone Redis, not a cluster — the
  * scripts build key names from the prefix):
  *   P vjob:ID            hash: the job (fields as fc_vjob; spec, plan, webhook; idem, join)
- *   P vjobs              sorted set of job ids by created_ms (the list)
+ *   P vjobs              sorted set of job ids in submission order (P vseq counts them)
  *   P vjobs:owner:OWNER  the same, one owner's
  *   P vactive            set of unfinished job ids (the pending gauge)
  *   P vexpire            sorted set of finished job ids by expires_ms (retention)

@@ -87,8 +87,11 @@ const char *const fc_vstore_redis_lua[VLUA_COUNT] = {
         "  'shards_done', '0', 'created_ms', ARGV[7], 'started_ms', '0', 'finished_ms', '0',\n"
         "  'expires_ms', '0', 'seconds', '0', 'frames', '0', 'spec', ARGV[9], 'plan', ARGV[10],\n"
         "  'webhook', ARGV[11], 'idem', ik)\n"
-        "redis.call('ZADD', P..'vjobs', ARGV[7], id)\n"
-        "redis.call('ZADD', P..'vjobs:owner:'..ARGV[5], ARGV[7], id)\n"
+        /* listed in submission order: a counter, not the clock (jobs of one millisecond, or
+         * from nodes whose clocks differ, keep the order they were stored in) */
+        "local seq = redis.call('INCR', P..'vseq')\n"
+        "redis.call('ZADD', P..'vjobs', seq, id)\n"
+        "redis.call('ZADD', P..'vjobs:owner:'..ARGV[5], seq, id)\n"
         "redis.call('SADD', P..'vactive', id)\n"
         "local n = tonumber(ARGV[8])\n"
         "if n <= 0 then\n"
