@@ -175,7 +175,7 @@ static int form_object(const fc_video_post *in, JsonObject *o, GBytes **audio, G
           json_object_set_member(o, l->data, json_node_copy(json_object_get_member(so, l->data)));
         g_list_free(names);
       }
-      g_object_unref(jp);
+      if (jp) g_object_unref(jp); /* NULL when the part is no JSON object (fuzz_multipart) */
     } else if (!strcmp(p->name, "captions")) {
       g_strstrip(val);
       json_object_set_boolean_member(o, "captions", !strcmp(val, "true") || !strcmp(val, "1") ||

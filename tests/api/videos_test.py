@@ -332,6 +332,9 @@ def bad_bodies(c, port):
     body, ctype = A.multipart({"audio": ("x.wav", b"not audio at all" * 10)})
     st, js, _, _ = c.req("POST", "/v1/videos", body, ctype=ctype)
     check(A.is_error(st, js, 400) and "WAV" in js["msg"], f"an upload that is no audio: 400 ({js})")
+    body, ctype = A.multipart({"audio": ("a.wav", WAV), "spec": (None, b'{"size": ')})
+    st, js, _, _ = c.req("POST", "/v1/videos", body, ctype=ctype)
+    check(A.is_error(st, js, 400) and "spec" in js["msg"], f"a form's spec part that is no JSON: 400 ({js})")
     st, js, _, _ = c.req("POST", "/v1/videos", b'{"script": "' + b"a" * 300000 + b'"}')
     check(A.is_error(st, js, 413), f"a JSON body over 256 KiB: 413 ({st})")
     st, body = A.raw_request(port, "POST /v1/videos HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; "
