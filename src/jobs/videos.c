@@ -341,7 +341,11 @@ static void h_videos(SoupServer *server, SoupServerMessage *msg, const char *pat
   char who[128];
   if (owner) snprintf(who, sizeof who, "k:%s", owner);
   else snprintf(who, sizeof who, "a:%s", soup_server_message_get_remote_host(msg) ?: "?");
-  int wait = bucket_take(v, who);
+  /* Downloads of a finished job's files are not counted: a player fetches a video in many
+   * byte ranges (seeking), and the files cost no rendering. The connection caps bound them. */
+  const char *tail = g_str_has_prefix(path, "/v1/videos/") ? strchr(path + 11, '/') : NULL;
+  int download = tail && (!strcmp(tail, "/file") || g_str_has_prefix(tail, "/captions."));
+  int wait = download ? 0 : bucket_take(v, who);
   if (wait) {
     char ra[16];
     snprintf(ra, sizeof ra, "%d", wait);
