@@ -345,7 +345,7 @@ void fc_videos_create(fc_videos *v, fc_vstore *st, const fc_video_post *in, cons
     goto out;
   }
   err = fc_vstore_submit(st, &j, in->idem_key, sha, existing);
-  if (!err) note_active(v, owner, j.id);
+  if (!err && srv->keys) note_active(v, owner, j.id); /* the cap is per key: none without */
   g_mutex_unlock(&v->submit_lock);
   if (err == FC_EEXIST) { /* the same request again: the first one's job */
     fc_vjob e = {0};
