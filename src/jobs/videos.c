@@ -464,6 +464,13 @@ static void sweeper_run(gpointer data, gpointer user) {
 
 static gboolean expire_tick(gpointer p) {
   fc_videos *v = p;
+  /* buckets unused for a minute are full again: forgotten (made anew, full, when needed) */
+  GHashTableIter it;
+  gpointer b;
+  gint64 now = g_get_monotonic_time();
+  g_hash_table_iter_init(&it, v->buckets);
+  while (g_hash_table_iter_next(&it, NULL, &b))
+    if (now - ((fc_bucket *)b)->at > 60 * G_USEC_PER_SEC) g_hash_table_iter_remove(&it);
   /* one sweep at a time, on the pool (a Redis store is a network away) */
   if (g_atomic_int_compare_and_exchange(&v->expiring, 0, 1))
     g_thread_pool_push(v->sweeper, GINT_TO_POINTER(1), NULL);
