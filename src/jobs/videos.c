@@ -341,7 +341,11 @@ static void h_videos(SoupServer *server, SoupServerMessage *msg, const char *pat
   char who[128];
   if (owner) snprintf(who, sizeof who, "k:%s", owner);
   else snprintf(who, sizeof who, "a:%s", soup_server_message_get_remote_host(msg) ?: "?");
-  int wait = bucket_take(v, who);
+  /* Downloads of a finished job's files are not counted: a player fetches a video in many
+   * byte ranges (seeking), and the files cost no rendering. The connection caps bound them. */
+  const char *tail = g_str_has_prefix(path, "/v1/videos/") ? strchr(path + 11, '/') : NULL;
+  int download = tail && (!strcmp(tail, "/file") || g_str_has_prefix(tail, "/captions."));
+  int wait = download ? 0 : bucket_take(v, who);
   if (wait) {
     char ra[16];
     snprintf(ra, sizeof ra, "%d", wait);
@@ -460,6 +464,13 @@ static void sweeper_run(gpointer data, gpointer user) {
 
 static gboolean expire_tick(gpointer p) {
   fc_videos *v = p;
+  /* buckets unused for a minute are full again: forgotten (made anew, full, when needed) */
+  GHashTableIter it;
+  gpointer b;
+  gint64 now = g_get_monotonic_time();
+  g_hash_table_iter_init(&it, v->buckets);
+  while (g_hash_table_iter_next(&it, NULL, &b))
+    if (now - ((fc_bucket *)b)->at > 60 * G_USEC_PER_SEC) g_hash_table_iter_remove(&it);
   /* one sweep at a time, on the pool (a Redis store is a network away) */
   if (g_atomic_int_compare_and_exchange(&v->expiring, 0, 1))
     g_thread_pool_push(v->sweeper, GINT_TO_POINTER(1), NULL);

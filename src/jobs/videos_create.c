@@ -175,7 +175,7 @@ static int form_object(const fc_video_post *in, JsonObject *o, GBytes **audio, G
           json_object_set_member(o, l->data, json_node_copy(json_object_get_member(so, l->data)));
         g_list_free(names);
       }
-      g_object_unref(jp);
+      if (jp) g_object_unref(jp); /* NULL when the part is no JSON object (fuzz_multipart) */
     } else if (!strcmp(p->name, "captions")) {
       g_strstrip(val);
       json_object_set_boolean_member(o, "captions", !strcmp(val, "true") || !strcmp(val, "1") ||
@@ -345,7 +345,7 @@ void fc_videos_create(fc_videos *v, fc_vstore *st, const fc_video_post *in, cons
     goto out;
   }
   err = fc_vstore_submit(st, &j, in->idem_key, sha, existing);
-  if (!err) note_active(v, owner, j.id);
+  if (!err && srv->keys) note_active(v, owner, j.id); /* the cap is per key: none without */
   g_mutex_unlock(&v->submit_lock);
   if (err == FC_EEXIST) { /* the same request again: the first one's job */
     fc_vjob e = {0};

@@ -192,6 +192,21 @@ def audio_jobs(c, hook_port):
             st, js2, _, _ = c.req("GET", f"/v1/videos/{d['id']}/captions.srt")
             check(A.is_error(st, js2, 404), "no captions for an audio job: 404")
         ids.append(js["data"]["id"])
+    # a background image uploaded with a script (the form's fields as text parts)
+    png = open(A.ASTRONAUT, "rb").read() if os.path.exists(A.ASTRONAUT) else b""
+    body, ctype = A.multipart({"background_image": ("bg.png", png), "script": (None, b"Over a picture."),
+                               "size": (None, b"480x320"), "captions": (None, b"true")})
+    st, js, _, _ = c.req("POST", "/v1/videos", body, ctype=ctype)
+    check(st == 201, f"a form with a background image and a script: 201 ({st} {js})")
+    if st == 201:
+        d = wait_job(c, js["data"]["id"])
+        check(d is not None and d["status"] == "completed" and
+              d["spec"]["background"]["image"] == f"{d['id']}/background.png" and d["spec"]["captions"],
+              f"the background image's job completes ({d and (d['status'], d.get('error'), d.get('spec'))})")
+        ids.append(js["data"]["id"])
+    body, ctype = A.multipart({"background_image": ("bg.gif", b"GIF89a" + bytes(40)), "script": (None, b"Hi.")})
+    st, js, _, _ = c.req("POST", "/v1/videos", body, ctype=ctype)
+    check(A.is_error(st, js, 400) and "PNG or JPEG" in js["msg"], f"a GIF background: 400 ({js})")
     st, js, _, _ = c.post("/v1/videos", {"audio_url": f"http://127.0.0.1:{hook_port}/speech.wav"})
     check(st == 201, f"audio_url: 201 ({st} {js})")
     if st == 201:
@@ -332,6 +347,9 @@ def bad_bodies(c, port):
     body, ctype = A.multipart({"audio": ("x.wav", b"not audio at all" * 10)})
     st, js, _, _ = c.req("POST", "/v1/videos", body, ctype=ctype)
     check(A.is_error(st, js, 400) and "WAV" in js["msg"], f"an upload that is no audio: 400 ({js})")
+    body, ctype = A.multipart({"audio": ("a.wav", WAV), "spec": (None, b'{"size": ')})
+    st, js, _, _ = c.req("POST", "/v1/videos", body, ctype=ctype)
+    check(A.is_error(st, js, 400) and "spec" in js["msg"], f"a form's spec part that is no JSON: 400 ({js})")
     st, js, _, _ = c.req("POST", "/v1/videos", b'{"script": "' + b"a" * 300000 + b'"}')
     check(A.is_error(st, js, 413), f"a JSON body over 256 KiB: 413 ({st})")
     st, body = A.raw_request(port, "POST /v1/videos HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; "
@@ -425,6 +443,8 @@ def rate_limit():
               f"rate limit: 3 pass, the 4th is 429 with Retry-After {ra} ({sts} {st})")
         st, js, _, _ = c.req("GET", "/healthz")
         check(st == 200, "other routes are not counted")
+        st, js, _, _ = c.req("GET", "/v1/videos/vid_000000000000000000000000/file")
+        check(A.is_error(st, js, 404), "downloads are not counted (a player seeks in ranges)")
     finally:
         check(A.stop(proc) == 0, "the limited server stops cleanly")
 
