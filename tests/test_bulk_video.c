@@ -167,6 +167,18 @@ static void test_h264_split(void) {
   FC_CHECK_INT(r, ==, 0);
   FC_CHECK_INT(n, ==, 23);
   FC_CHECK_INT(keys, ==, 3); /* 0, 10, 20 */
+  /* a buffer too small: the size asked for, the position kept, then the unit */
+  {
+    uint8_t tiny[16];
+    size_t at = 0;
+    FC_CHECK_INT(fc_h264_next_au((uint8_t *)buf, len, &at, tiny, sizeof tiny, &au), ==, FC_ENOMEM);
+    FC_CHECK(at == 0 && au.size > sizeof tiny);
+    const size_t need = au.size;
+    uint8_t *fit = malloc(need);
+    FC_CHECK_INT(fc_h264_next_au((uint8_t *)buf, len, &at, fit, need, &au), ==, 1);
+    FC_CHECK(at > 0 && au.size == need && au.key);
+    free(fit);
+  }
   uint8_t avcc[256];
   pos = 0;
   FC_REQUIRE(fc_h264_next_au((uint8_t *)buf, len, &pos, out, len + len / 3 + 16, &au) == 1);
@@ -240,6 +252,17 @@ typedef struct shard_job {
   int k, err;
 } shard_job;
 
+typedef struct prog {
+  int64_t calls, last_done, last_total, bad;
+} prog;
+
+/* Progress: frames done one by one, the total's estimate never below them. */
+static void on_progress(void *user, int64_t done, int64_t total) {
+  prog *g = user;
+  g->bad += done != g->last_done + 1 || total < done;
+  g->calls++, g->last_done = done, g->last_total = total;
+}
+
 static void *render_thread(void *arg) {
   shard_job *j = arg;
   j->err = fc_video_shard_render(j->s, j->p, j->k, j->env, j->dir, NULL, NULL, NULL);
@@ -303,23 +326,43 @@ static void test_render_join(void) {
   FC_CHECK_INT(fc_video_shard_render(s, p, 0, &env, dir, &cancel, NULL, NULL), ==, FC_ECANCELED);
   FC_CHECK(!fc_video_shard_done(p, 0, dir));
 
+  /* a shard's progress, alone first (its files are replaced by the renders below) */
+  prog g = {0};
+  FC_REQUIRE(fc_video_shard_render(s, p, 0, &env, dir, NULL, on_progress, &g) == 0);
+  fc_shard_meta m0;
+  FC_REQUIRE(fc_shard_open(dir, 0, &m0, NULL, NULL) == 0);
+  FC_CHECK_INT(g.bad, ==, 0);
+  FC_CHECK_INT(g.last_done, ==, m0.frames);
+  FC_CHECK_INT(g.last_total, ==, m0.frames);
+  fc_shard_meta_free(&m0);
+
+  /* shard 2 (and one of shard 1's renders below) with x264 frame threads, as a worker with more
+   * cores per slot would: the same SPS/PPS, pictures coming out later than they go in */
+  fc_video_env env2 = env;
+  env2.encoder_threads = 2;
   /* shards on two threads at once, as a runner would */
   shard_job jobs[8];
   pthread_t th[8];
   for (int k = 0; k < ns; k++) {
-    jobs[k] = (shard_job){s, p, &env, dir, k, 0};
+    jobs[k] = (shard_job){s, p, k == 2 ? &env2 : &env, dir, k, 0};
     pthread_create(&th[k], NULL, render_thread, &jobs[k]);
     if (k % 2) pthread_join(th[k - 1], NULL), pthread_join(th[k], NULL);
   }
   if (ns % 2) pthread_join(th[ns - 1], NULL);
   for (int k = 0; k < ns; k++) FC_REQUIRE(jobs[k].err == 0 && fc_video_shard_done(p, k, dir));
 
+  /* shard 1 rendered twice more at once (a worker thought dead was not): the .json renamed last
+   * names one whole render's files, so the join below still holds */
+  shard_job again[2] = {{s, p, &env, dir, 1, 0}, {s, p, &env2, dir, 1, 0}};
+  pthread_create(&th[0], NULL, render_thread, &again[0]);
+  pthread_create(&th[1], NULL, render_thread, &again[1]);
+  pthread_join(th[0], NULL), pthread_join(th[1], NULL);
+  FC_REQUIRE(again[0].err == 0 && again[1].err == 0 && fc_video_shard_done(p, 1, dir));
+
   fc_shard_meta m[8];
   int64_t sum_frames = 0, offs[9] = {0};
   for (int k = 0; k < ns; k++) {
-    char *mp = fc_video_shard_file(dir, k, "json");
-    FC_REQUIRE(fc_shard_meta_read(mp, &m[k]) == 0);
-    g_free(mp);
+    FC_REQUIRE(fc_shard_open(dir, k, &m[k], NULL, NULL) == 0);
     FC_CHECK_INT(m[k].samples, ==, m[k].frames * FRAME_SAMPLES);
     FC_CHECK_INT(m[k].n_cues, ==, p->shards[k].n_sentences);
     sum_frames += m[k].frames;
@@ -350,7 +393,7 @@ static void test_render_join(void) {
   uint8_t *all = slurp_cmd(cmd, &n);
   FC_REQUIRE(all && n == fsz * (size_t)sum_frames);
   for (int k = 0; k < ns; k++) {
-    char *vp = fc_video_shard_file(dir, k, "h264");
+    char *vp = fc_shard_data_file(dir, k, m[k].token, "h264");
     snprintf(cmd, sizeof cmd, "ffmpeg -v error -f h264 -i '%s' -f rawvideo -pix_fmt gray -", vp);
     g_free(vp);
     size_t sn = 0;
@@ -372,7 +415,7 @@ static void test_render_join(void) {
   FC_CHECK(dn + 1024 >= want && dn <= want + 1024);
   double worst = 1;
   for (int k = 0; k < ns; k++) {
-    char *ap2 = fc_video_shard_file(dir, k, "pcm");
+    char *ap2 = fc_shard_data_file(dir, k, m[k].token, "pcm");
     gchar *pcm = NULL;
     gsize plen = 0;
     FC_REQUIRE(g_file_get_contents(ap2, &pcm, &plen, NULL));
@@ -424,6 +467,12 @@ static void test_render_join(void) {
   FC_CHECK(err < 0 && strstr(fc_error_detail(err), "shard-0001"));
   fc_video_shards_remove(p, dir);
   FC_CHECK(!fc_video_shard_done(p, 0, dir) && !fc_video_shard_done(p, 2, dir));
+  /* every render's files gone, the losers' of shard 1 too */
+  GDir *gd = g_dir_open(dir, 0, NULL);
+  int left = 0;
+  for (const char *nm; gd && (nm = g_dir_read_name(gd));) left += !strncmp(nm, "shard-", 6);
+  if (gd) g_dir_close(gd);
+  FC_CHECK_INT(left, ==, 0);
 
   for (int k = 0; k < ns; k++) fc_shard_meta_free(&m[k]);
   fc_video_plan_free(p);
@@ -768,9 +817,7 @@ static void test_provider_voice(void) {
   FC_REQUIRE(fc_video_shard_render(s, p, 0, &env, dir, NULL, NULL, NULL) == 0);
   FC_CHECK_INT(fake_calls, ==, 2);
   fc_shard_meta m;
-  char *mp = fc_video_shard_file(dir, 0, "json");
-  FC_REQUIRE(fc_shard_meta_read(mp, &m) == 0);
-  g_free(mp);
+  FC_REQUIRE(fc_shard_open(dir, 0, &m, NULL, NULL) == 0);
   const int64_t n0 = (int64_t)strlen("Short one.") * 800 + 1000,
                 n1 = (int64_t)strlen("A somewhat longer one.") * 800 + 1000;
   FC_REQUIRE(m.n_cues == 2);
@@ -782,11 +829,44 @@ static void test_provider_voice(void) {
   fc_shard_meta_free(&m);
   fc_video_shards_remove(p, dir);
   fc_video_plan_free(p), fc_video_spec_free(s);
+  /* a long sentence's captions in the SRT: pieces of at most two lines of about 42 characters,
+   * together its whole text, the first starting where the sentence does */
+  j = "{\"script\":\"This sentence goes on and on, well past what one caption holds on two lines, "
+      "so the sidecar files show it in pieces, one after the other, each for its share of the "
+      "time.\",\"voice\":\"fake:x\"}";
+  FC_REQUIRE(fc_video_spec_parse(j, strlen(j), &s) == 0 && fc_video_plan_create(s, 1, 0, &p) == 0);
+  FC_REQUIRE(fc_video_shard_render(s, p, 0, &env, dir, NULL, NULL, NULL) == 0);
+  char mp4[256], srt[256];
+  snprintf(mp4, sizeof mp4, "%s/v.mp4", dir);
+  snprintf(srt, sizeof srt, "%s/v.srt", dir);
+  fc_video_result res;
+  FC_REQUIRE(fc_video_join(s, p, dir, mp4, srt, NULL, &res) == 0);
+  gchar *t = NULL;
+  FC_REQUIRE(g_file_get_contents(srt, &t, NULL, NULL));
+  gchar **blocks = g_strsplit(t, "\n\n", -1);
+  int cues_n = 0, long_lines = 0;
+  for (int i = 0; blocks[i]; i++) {
+    gchar **lines = g_strsplit(blocks[i], "\n", -1);
+    int n = (int)g_strv_length(lines);
+    if (n >= 3) {
+      cues_n++;
+      long_lines += n > 4; /* number, times, at most two lines */
+      for (int k = 2; k < n; k++) long_lines += g_utf8_strlen(lines[k], -1) > 50;
+    }
+    g_strfreev(lines);
+  }
+  g_strfreev(blocks);
+  FC_CHECK(cues_n >= 3);
+  FC_CHECK_INT(long_lines, ==, 0);
+  FC_CHECK(strstr(t, "1\n00:00:00,000 --> ") == t);
+  g_free(t);
+  fc_video_shards_remove(p, dir);
+  fc_video_plan_free(p), fc_video_spec_free(s);
   /* espeak's voice, even with the hook there: not called */
   j = "{\"script\":\"Hello.\",\"voice\":\"espeak:en\"}";
   FC_REQUIRE(fc_video_spec_parse(j, strlen(j), &s) == 0 && fc_video_plan_create(s, 1, 0, &p) == 0);
   FC_CHECK(fc_video_shard_render(s, p, 0, &env, dir, NULL, NULL, NULL) == 0);
-  FC_CHECK_INT(fake_calls, ==, 2);
+  FC_CHECK_INT(fake_calls, ==, 3);
   fc_video_shards_remove(p, dir);
   fc_video_plan_free(p), fc_video_spec_free(s);
   /* a provider without a hook, or one the hook does not have */

@@ -7,7 +7,8 @@
  * aggregate × real time (video seconds of all jobs / wall seconds), p50/p95 job latency
  * (submission → joined file), CPU use (getrusage: cores busy on average) and, where NVML is
  * there, GPU use sampled every 200 ms. This is the work /v1/videos does with its runner's slots,
- * without HTTP. The files go to a temporary folder (--dir) and are removed. */
+ * without HTTP. The files go to a temporary folder (or --dir) and are removed (--keep with
+ * --dir: the joined videos and captions stay, DIR/job-N/video.mp4, to be looked at). */
 #include "bulk/video.h"
 #include "cli/cli.h"
 #include "core/gpustat.h"
@@ -48,7 +49,7 @@ typedef struct bench {
   bjob *jobs;
   int n_jobs;
   int next_job, next_shard; /* the next work item (under lock) */
-  int err;
+  int err, keep;
   char detail[300];
   double t0;
   pthread_mutex_t lock;
@@ -105,7 +106,7 @@ static void *slot(void *arg) {
     fc_video_shards_remove(j->plan, j->dir);
     GStatBuf st;
     if (!err && !g_stat(out, &st)) j->bytes = (int64_t)st.st_size;
-    remove(out), remove(srt), remove(vtt);
+    if (!b->keep) remove(out), remove(srt), remove(vtt);
     g_free(out), g_free(srt), g_free(vtt);
     if (err) {
       fail(b, err);
@@ -179,12 +180,13 @@ int fc_bench_bulk(int argc, char **argv) {
       {"checkpoint", required_argument, 0, 'c'}, {"device", required_argument, 0, 'd'},
       {"preset", required_argument, 0, 'p'}, {"shards", required_argument, 0, 'x'},
       {"captions", no_argument, 0, 'C'},     {"canvas", required_argument, 0, 'v'},
-      {"dir", required_argument, 0, 'D'},    {"json", no_argument, 0, 'j'},
+      {"dir", required_argument, 0, 'D'},    {"keep", no_argument, 0, 'K'},
+      {"json", no_argument, 0, 'j'},
       {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
   double seconds = 30, jobs_d = 8, slots_d = (double)sysconf(_SC_NPROCESSORS_ONLN), shards_d = 0;
   const char *avatar = NULL, *model = NULL, *ckpt = NULL, *device = NULL, *preset = NULL;
   const char *canvas = NULL, *dir_arg = NULL;
-  int w = 512, h = 512, json = 0, captions = 0, c, err = 0;
+  int w = 512, h = 512, json = 0, captions = 0, keep = 0, c, err = 0;
   optind = 1;
   opterr = 0;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -212,12 +214,13 @@ int fc_bench_bulk(int argc, char **argv) {
     case 'C': captions = 1; break;
     case 'v': canvas = optarg; break;
     case 'D': dir_arg = optarg; break;
+    case 'K': keep = 1; break;
     case 'j': json = 1; break;
     case 'h':
       fputs("usage: facecast bench bulk [--jobs N] [--seconds S] [--slots K] [--shards M]\n"
             "                           [--size N|WxH] [--avatar IMG] [--canvas WxH] [--captions]\n"
             "                           [--model NAME --checkpoint FILE] [--device D]\n"
-            "                           [--preset X264_PRESET] [--dir DIR] [--json]\n",
+            "                           [--preset X264_PRESET] [--dir DIR [--keep]] [--json]\n",
             stdout);
       return FC_EXIT_OK;
     default: return fc_cli_bad_option("bench bulk", argv);
@@ -279,6 +282,7 @@ int fc_bench_bulk(int argc, char **argv) {
   }
   b.env = (fc_video_env){.pool = pool, .avatar_get = get_avatar, .avatar_put = put_avatar,
                          .user = &b, .shared_dir = root, .encoder_threads = 1, .preset = preset};
+  b.keep = keep && dir_arg; /* the videos stay in DIR/job-N/ to be looked at */
   b.jobs = g_new0(bjob, n_jobs);
   b.n_jobs = n_jobs;
   int64_t shards = 0;
@@ -361,7 +365,7 @@ fail:
   code = fc_cli_fail(err);
 done:
   for (int i = 0; b.jobs && i < b.n_jobs; i++) {
-    if (b.jobs[i].dir) g_rmdir(b.jobs[i].dir);
+    if (b.jobs[i].dir && !b.keep) g_rmdir(b.jobs[i].dir);
     g_free(b.jobs[i].dir);
     fc_video_plan_free(b.jobs[i].plan);
     fc_video_spec_free(b.jobs[i].spec);

@@ -33,11 +33,18 @@ typedef struct fc_cue {
 
 /* What a shard's .json holds. */
 typedef struct fc_shard_meta {
+  char token[20]; /* names the render's video and audio files (fc_shard_data_file) */
   int width, height;
   int64_t frames, samples;
   fc_cue *cues;
   int n_cues;
 } fc_shard_meta;
+
+/* Shard k's video ("h264") or audio ("pcm") file of the render named token. g_free. */
+char *fc_shard_data_file(const char *dir, int k, const char *token, const char *ext);
+/* Shard k's metadata and the paths of the files it names (either may be NULL). 0, or
+ * FC_ENOTFOUND (not rendered) / FC_EFORMAT with a detail. */
+int fc_shard_open(const char *dir, int k, fc_shard_meta *m, char **video, char **audio);
 
 int fc_shard_meta_write(const fc_shard_meta *m, const char *path);
 int fc_shard_meta_read(const char *path, fc_shard_meta *m);

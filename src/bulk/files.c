@@ -1,10 +1,11 @@
 /* A shard's files (video.h): names, the metadata file written last, atomic writes, and the
  * SRT/VTT text of caption cues.
  *
- * Every file is written under a temporary name unique to its writer (mkstemp) and renamed into
- * place, so two workers rendering the same shard (one was thought dead) never write into one
- * file, and a file that exists is complete. The .json is renamed last: its presence says the
- * shard is done. */
+ * A render writes its video and audio under names of its own (shard-K.TOKEN.h264 / .pcm, TOKEN
+ * random), then the .json that names them, under a temporary name renamed into place. So two
+ * workers rendering the same shard (one was thought dead) never mix their files: whichever
+ * .json is renamed last names a whole render's files, and the .json's presence says the shard
+ * is done. */
 #include "bulk/bulk_internal.h"
 
 #include "core/jsonin.h"
@@ -25,27 +26,51 @@ char *fc_video_shard_file(const char *dir, int k, const char *ext) {
   return g_build_filename(dir, name, NULL);
 }
 
+char *fc_shard_data_file(const char *dir, int k, const char *token, const char *ext) {
+  char name[80];
+  snprintf(name, sizeof name, "shard-%04d.%s.%s", k, token, ext);
+  return g_build_filename(dir, name, NULL);
+}
+
+int fc_shard_open(const char *dir, int k, fc_shard_meta *m, char **video, char **audio) {
+  char *mpath = fc_video_shard_file(dir, k, "json");
+  int err = fc_shard_meta_read(mpath, m);
+  g_free(mpath);
+  if (err) return err;
+  if (video) *video = fc_shard_data_file(dir, k, m->token, "h264");
+  if (audio) *audio = fc_shard_data_file(dir, k, m->token, "pcm");
+  return 0;
+}
+
 int fc_video_shard_done(const fc_video_plan *p, int k, const char *dir) {
   if (!p || k < 0 || k >= p->n || !dir) return 0;
-  static const char *const ext[] = {"json", "h264", "pcm"};
-  int ok = 1;
-  for (int i = 0; i < 3 && ok; i++) {
-    char *f = fc_video_shard_file(dir, k, ext[i]);
-    ok = g_file_test(f, G_FILE_TEST_IS_REGULAR);
-    g_free(f);
-  }
+  fc_shard_meta m;
+  char *v = NULL, *a = NULL;
+  int ok = !fc_shard_open(dir, k, &m, &v, &a) && g_file_test(v, G_FILE_TEST_IS_REGULAR) &&
+           g_file_test(a, G_FILE_TEST_IS_REGULAR);
+  if (v) fc_shard_meta_free(&m);
+  g_free(v), g_free(a);
   return ok;
 }
 
+/* Every file of shard k: its .json first (the shard is not done from then on), then the data
+ * files of every render of it (a render that lost the race to the .json leaves its own). */
 void fc_video_shards_remove(const fc_video_plan *p, const char *dir) {
   if (!p || !dir) return;
-  static const char *const ext[] = {"json", "h264", "pcm"}; /* "done" goes first */
-  for (int k = 0; k < p->n; k++)
-    for (int i = 0; i < 3; i++) {
-      char *f = fc_video_shard_file(dir, k, ext[i]);
-      g_remove(f);
-      g_free(f);
-    }
+  for (int k = 0; k < p->n; k++) {
+    char *f = fc_video_shard_file(dir, k, "json");
+    g_remove(f);
+    g_free(f);
+  }
+  GDir *d = g_dir_open(dir, 0, NULL);
+  for (const char *name; d && (name = g_dir_read_name(d));) {
+    int k = -1, used = 0;
+    if (sscanf(name, "shard-%d.%n", &k, &used) != 1 || used <= 0 || k < 0 || k >= p->n) continue;
+    char *f = g_build_filename(dir, name, NULL);
+    g_remove(f);
+    g_free(f);
+  }
+  if (d) g_dir_close(d);
 }
 
 FILE *fc_bulk_tmp_open(const char *path, char **tmp, int *err) {
@@ -96,6 +121,8 @@ int fc_bulk_write_atomic(const char *path, const char *data, size_t len) {
 int fc_shard_meta_write(const fc_shard_meta *m, const char *path) {
   JsonBuilder *b = json_builder_new();
   json_builder_begin_object(b);
+  json_builder_set_member_name(b, "token");
+  json_builder_add_string_value(b, m->token);
   json_builder_set_member_name(b, "width");
   json_builder_add_int_value(b, m->width);
   json_builder_set_member_name(b, "height");
@@ -164,6 +191,13 @@ int fc_shard_meta_read(const char *path, fc_shard_meta *m) {
   g_free(d);
   if (!p) return fc_error_set(FC_EFORMAT, "%s: %s", path, why);
   int ok = 1;
+  const char *token = fc_json_str_member(o, "token");
+  /* a file name's part: letters and digits only */
+  if (!token || !*token || strlen(token) >= sizeof m->token ||
+      strspn(token, "0123456789abcdefghijklmnopqrstuvwxyz") != strlen(token))
+    ok = 0;
+  else
+    memcpy(m->token, token, strlen(token) + 1);
   m->width = (int)int_of(o, "width", 16, 16384, &ok);
   m->height = (int)int_of(o, "height", 16, 16384, &ok);
   m->frames = int_of(o, "frames", 1, INT32_MAX, &ok);
@@ -205,19 +239,20 @@ static void stamp(GString *o, int64_t samples, char sep) {
                          (long long)(ms % 1000));
 }
 
-/* The cue's text on lines of about 42 characters (broadcast captions' width), at most two
- * lines' worth per line break; a caption never holds a blank line (it would end the cue). */
+/* The cue's text on one line, or, over 42 characters (broadcast captions' width), on two
+ * broken at the space nearest the middle (pieces are at most two lines' worth: see
+ * fc_cues_split). A caption never holds a blank line (it would end the cue). */
 static void cue_text(GString *o, const char *t) {
-  size_t col = 0;
+  const glong n = g_utf8_strlen(t, -1);
+  const char *brk = NULL;
+  if (n > 42) {
+    glong best = n, i = 0;
+    for (const char *c = t; *c; c = g_utf8_next_char(c), i++)
+      if (*c == ' ' && labs(2 * i - n) < best) best = labs(2 * i - n), brk = c;
+  }
   for (const char *c = t; *c; c++) {
     if (*c == '\n' || *c == '\r') continue;
-    if (*c == ' ' && col >= 42) {
-      g_string_append_c(o, '\n');
-      col = 0;
-      continue;
-    }
-    g_string_append_c(o, *c);
-    if (((unsigned char)*c & 0xC0) != 0x80) col++;
+    g_string_append_c(o, c == brk ? '\n' : *c);
   }
   g_string_append_c(o, '\n');
 }
@@ -277,16 +312,23 @@ fc_cue *fc_cues_split(const fc_cue *cues, int n, int max_chars, int *n_out) {
     glong done = 0;
     const char *p = t;
     while (*p) {
-      const char *q = p, *space = NULL;
+      const char *q = p, *space = NULL, *pause = NULL;
       glong k = 0;
-      while (*q && k < want) {
-        if (*q == ' ') space = q;
+      /* what is left fits one piece: all of it (no short last piece) */
+      const glong lim = g_utf8_strlen(p, -1) <= max_chars ? max_chars : want;
+      while (*q && k < lim) {
+        if (*q == ' ') {
+          space = q;
+          /* after a comma, semicolon or colon in the last 40 %: where a reader pauses */
+          if (q > p && strchr(",;:", q[-1]) && k * 5 >= lim * 3) pause = q;
+        }
         q = g_utf8_next_char(q);
         k++;
       }
-      if (*q && *q != ' ' && space && space > p) { /* back to the last space */
-        k -= g_utf8_pointer_to_offset(space, q);
-        q = space;
+      if (*q && *q != ' ' && (pause || (space && space > p))) { /* back to a pause or a space */
+        const char *at = pause ? pause : space;
+        k -= g_utf8_pointer_to_offset(at, q);
+        q = at;
       }
       fc_cue c = {g_strstrip(g_strndup(p, (gsize)(q - p))), 0, 0};
       c.start = cues[i].start + (cues[i].end - cues[i].start) * done / total;

@@ -21,7 +21,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MAX_SHARD_VIDEO (1ull << 31) /* bytes of one shard's H.264 */
 
 typedef struct join_state {
   fc_mp4_writer *w;
@@ -57,32 +56,38 @@ static int open_writer(join_state *j, const fc_h264_au *au, const fc_shard_meta 
 
 static int join_shard(join_state *j, int k, const char *dir, const fc_shard_meta *m,
                       const char *tmp_mp4) {
-  char *vpath = fc_video_shard_file(dir, k, "h264"), *apath = fc_video_shard_file(dir, k, "pcm");
-  uint8_t *v = NULL, *au_buf = NULL;
-  gsize vlen = 0;
+  char *vpath = fc_shard_data_file(dir, k, m->token, "h264"),
+       *apath = fc_shard_data_file(dir, k, m->token, "pcm");
+  GMappedFile *map = NULL;
+  uint8_t *au_buf = NULL;
   FILE *af = NULL;
   int err = 0;
   int16_t pcm[FC_SAMPLES_PER_FRAME];
   GError *ge = NULL;
-  if (!g_file_get_contents(vpath, (char **)&v, &vlen, &ge)) {
+  /* mapped, not read: a shard of an hour is hundreds of MB, and only a picture at a time is
+   * needed (the muxer copies each) */
+  if (!(map = g_mapped_file_new(vpath, FALSE, &ge))) {
     err = fc_error_set(FC_ENOTFOUND, "shard %d: no video (%s)", k, ge ? ge->message : "?");
     goto done;
   }
-  if (vlen > MAX_SHARD_VIDEO) {
-    err = fc_error_set(FC_EFORMAT, "shard %d: video too large", k);
-    goto done;
-  }
+  const uint8_t *v = (const uint8_t *)g_mapped_file_get_contents(map);
+  const size_t vlen = g_mapped_file_get_length(map);
   if (!(af = g_fopen(apath, "rb"))) {
     err = fc_error_set(FC_ENOTFOUND, "shard %d: no audio (%s)", k, g_strerror(errno));
     goto done;
   }
-  const size_t cap = vlen + vlen / 3 + 16; /* AVC form: at most one length per 3 bytes more */
+  size_t cap = 1u << 20; /* grown to the largest picture */
   au_buf = g_malloc(cap);
   size_t pos = 0;
   int64_t f = 0;
   for (;; f++) {
     fc_h264_au au;
-    int r = fc_h264_next_au(v, vlen, &pos, au_buf, cap, &au);
+    int r = vlen ? fc_h264_next_au(v, vlen, &pos, au_buf, cap, &au) : 0;
+    if (r == FC_ENOMEM && au.size > cap) {
+      g_free(au_buf);
+      au_buf = g_malloc(cap = au.size + au.size / 2);
+      r = fc_h264_next_au(v, vlen, &pos, au_buf, cap, &au);
+    }
     if (r < 0) {
       err = fc_error_set(r, "shard %d: %s", k, fc_error_detail(r));
       goto done;
@@ -121,13 +126,18 @@ static int join_shard(join_state *j, int k, const char *dir, const fc_shard_meta
 done:
   if (ge) g_error_free(ge);
   if (af) fclose(af);
-  g_free(v), g_free(au_buf), g_free(vpath), g_free(apath);
+  if (map) g_mapped_file_unref(map);
+  g_free(au_buf), g_free(vpath), g_free(apath);
   return err;
 }
 
-/* All cues on the joined clock. */
-static int write_captions(fc_cue *cues, int n, const char *srt, const char *vtt) {
-  int err = 0;
+/* All cues on the joined clock, long sentences in pieces of two lines of 42 characters (the
+ * usual width of a caption line; files.c wraps them). */
+#define CAPTION_CHARS 84
+
+static int write_captions(const fc_cue *all, int n_all, const char *srt, const char *vtt) {
+  int err = 0, n = 0;
+  fc_cue *cues = fc_cues_split(all, n_all, CAPTION_CHARS, &n);
   if (srt) {
     char *t = fc_captions_srt(cues, n);
     err = fc_bulk_write_atomic(srt, t, strlen(t));
@@ -138,6 +148,7 @@ static int write_captions(fc_cue *cues, int n, const char *srt, const char *vtt)
     err = fc_bulk_write_atomic(vtt, t, strlen(t));
     g_free(t);
   }
+  fc_cues_free(cues, n);
   return err;
 }
 
@@ -153,10 +164,7 @@ int fc_video_join(const fc_video_spec *s, const fc_video_plan *p, const char *di
   int fd = -1, err = 0;
   int64_t at = 0;
   for (int k = 0; k < p->n && !err; k++) {
-    char *mpath = fc_video_shard_file(dir, k, "json");
-    err = fc_shard_meta_read(mpath, &metas[k]);
-    g_free(mpath);
-    if (err) break;
+    if ((err = fc_shard_open(dir, k, &metas[k], NULL, NULL))) break;
     if (metas[k].width != metas[0].width || metas[k].height != metas[0].height)
       err = fc_error_set(FC_EFORMAT, "shard %d is %dx%d, shard 0 %dx%d", k, metas[k].width,
                          metas[k].height, metas[0].width, metas[0].height);

@@ -1,16 +1,17 @@
-/* One shard of a bulk video (video.h): its sentences spoken (espeak, one call per sentence, so
- * each sentence's timing is its caption's), a stream as a bulk client of the lip-sync pool,
- * every frame encoded straight to an H.264 elementary stream (media/h264enc.h) and its audio
- * appended to a raw PCM file; then the metadata file that says the shard is done.
+/* One shard of a bulk video (video.h): its sentences spoken (espeak, or a provider through the
+ * env's hook; one call per sentence, so each sentence's timing is its caption's), a stream as a
+ * bulk client of the lip-sync pool, every frame encoded straight to an H.264 elementary stream
+ * (media/h264enc.h) and its audio appended to a raw PCM file, both under names of this render's
+ * own; then the metadata file that names them and says the shard is done (files.c).
  *
  * The stream pads every utterance to whole frames (640 samples), so a shard's audio is a whole
  * number of frames by construction and frame i of the shard covers exactly its samples
  * [640·i, 640·(i+1)). The encoder starts with an IDR picture and never looks past the shard
  * (no B-frames), so its stream decodes on its own and the join only concatenates.
  *
- * Pictures go to the encoder with the rect in which they differ from the avatar's still (the
- * stream's fc_i420_delta): with the constant quantizer bulk uses, x264 skips the unchanged
- * macroblocks without analysing them, the main cost of encoding a talking photo. */
+ * Pictures go to the encoder with the rect in which they differ from the last one (frame.c,
+ * from the stream's fc_i420_delta): with the constant quantizer bulk uses, x264 skips the
+ * unchanged macroblocks without analysing them, the main cost of encoding a talking photo. */
 #include "bulk/bulk_internal.h"
 #include "bulk/frame.h"
 
@@ -25,6 +26,7 @@
 #include <string.h>
 
 #define BULK_BATCH 16 /* frames per lip-sync request (the pool's largest call) */
+#define SPEECH_AHEAD 50 /* frames of speech kept waiting in the stream (2 s, three batches) */
 #define MAX_AUDIO_SECONDS (3 * 3600.0)
 #define BULK_QP 24    /* constant quantizer: about x264's CRF 23 on these pictures */
 
@@ -75,27 +77,54 @@ static int speak(const fc_video_spec *s, const fc_video_env *env, const char *te
   return err;
 }
 
-/* The shard's sentences into the stream, one TTS call each; cues[i] is sentence i's speech
- * within the shard (padding excluded). */
-static int push_script(const fc_video_spec *s, const fc_video_env *env, const fc_plan_shard *sh,
-                       fc_stream *st, const int *cancel, fc_cue *cues, int *n_cues) {
+/* The shard's sentences into the stream as the frames need them: one TTS call each, spoken
+ * while fewer than `ahead` frames wait (so a shard holds a few seconds of speech, not all of
+ * it, and espeak's one lock is taken a sentence at a time between frames of work); cues[i] is
+ * sentence i's speech within the shard (padding excluded). The stream's input ends after the
+ * last sentence. */
+typedef struct speech_feed {
+  const fc_video_spec *s;
+  const fc_video_env *env;
+  const fc_plan_shard *sh;
+  fc_stream *st;
+  const int *cancel;
+  fc_cue *cues;
+  int n_cues, next, ended;
+  int64_t at;               /* samples pushed */
+  size_t chars, chars_done; /* of all sentences, of those pushed: the total's estimate */
+} speech_feed;
+
+static int feed(speech_feed *f, int64_t ahead) {
   int err = 0;
-  int64_t at = 0;
-  for (int i = 0; !err && i < sh->n_sentences; i++) {
-    if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED))
+  while (!err && f->next < f->sh->n_sentences && fc_stream_pending_frames(f->st) < ahead) {
+    if (f->cancel && __atomic_load_n(f->cancel, __ATOMIC_RELAXED))
       return fc_error_set(FC_ECANCELED, "canceled");
+    const char *text = f->sh->sentences[f->next++];
     fc_speech sp = {0};
-    if (!(err = speak(s, env, sh->sentences[i], &sp)) && sp.audio.n > 0 &&
-        !(err = fc_stream_push_speech(st, sp.audio.samples, sp.audio.n, sp.ph, sp.n_ph, NULL))) {
-      cues[*n_cues] = (fc_cue){sh->sentences[i], at, at + (int64_t)sp.audio.n};
-      (*n_cues)++;
-      at += ((int64_t)sp.audio.n + FC_SAMPLES_PER_FRAME - 1) / FC_SAMPLES_PER_FRAME *
-            FC_SAMPLES_PER_FRAME;
+    if (!(err = speak(f->s, f->env, text, &sp)) && sp.audio.n > 0 &&
+        !(err = fc_stream_push_speech(f->st, sp.audio.samples, sp.audio.n, sp.ph, sp.n_ph, NULL))) {
+      f->cues[f->n_cues++] = (fc_cue){(char *)text, f->at, f->at + (int64_t)sp.audio.n};
+      f->at += ((int64_t)sp.audio.n + FC_SAMPLES_PER_FRAME - 1) / FC_SAMPLES_PER_FRAME *
+               FC_SAMPLES_PER_FRAME;
     }
+    f->chars_done += strlen(text);
     fc_speech_free(&sp);
   }
-  if (!err && !at) err = fc_error_set(FC_EINVAL, "script: no words to speak");
+  if (!err && f->next >= f->sh->n_sentences && !f->ended) {
+    if (!f->at) return fc_error_set(FC_EINVAL, "script: no words to speak");
+    fc_stream_end(f->st);
+    f->ended = 1;
+  }
   return err;
+}
+
+/* The shard's frames to come, all told: exact once every sentence is spoken, else the frames
+ * so far scaled by the characters still to speak. */
+static int64_t frames_estimate(const speech_feed *f, int64_t done) {
+  const int64_t known = done + fc_stream_pending_frames(f->st);
+  if (f->ended || !f->chars_done) return known;
+  return known + (int64_t)((double)(f->at / FC_SAMPLES_PER_FRAME) *
+                           (double)(f->chars - f->chars_done) / (double)f->chars_done);
 }
 
 /* The audio file's range of frames into the stream. */
@@ -178,10 +207,13 @@ int fc_video_shard_render(const fc_video_spec *s, const fc_video_plan *p, int k,
   fc_bulk_frame *fr = NULL;
   FILE *vf = NULL, *af = NULL;
   char *vtmp = NULL, *atmp = NULL;
-  char *vpath = fc_video_shard_file(dir, k, "h264"), *apath = fc_video_shard_file(dir, k, "pcm"),
-       *mpath = fc_video_shard_file(dir, k, "json");
   shard_run run = {.cancel = cancel};
   fc_shard_meta meta = {0};
+  /* this render's own names for its video and audio (see files.c) */
+  snprintf(meta.token, sizeof meta.token, "%08x%08x", g_random_int(), g_random_int());
+  char *vpath = fc_shard_data_file(dir, k, meta.token, "h264"),
+       *apath = fc_shard_data_file(dir, k, meta.token, "pcm"),
+       *mpath = fc_video_shard_file(dir, k, "json");
   fc_cue *cues = g_new0(fc_cue, sh->n_sentences + 1);
 
   if (!(av = env->avatar_get(env->user, s->avatar, &err))) {
@@ -194,25 +226,36 @@ int fc_video_shard_render(const fc_video_spec *s, const fc_video_plan *p, int k,
                            .run = bulk_hook, .run_user = &run, .batch = BULK_BATCH,
                            .max_pending = (size_t)(MAX_AUDIO_SECONDS * FC_SAMPLE_RATE)};
   if (!(st = fc_stream_create(&spar, &err))) goto done;
-  if (p->kind == FC_PLAN_AUDIO) err = push_audio(s, sh, env, st);
-  else err = push_script(s, env, sh, st, cancel, cues, &meta.n_cues);
-  if (err) goto done;
-  fc_stream_end(st);
-
+  /* the picture's set-up first: a bad background image fails before any speech is made */
   if (!(fr = fc_bulk_frame_create(s, av, env->shared_dir, &err))) goto done;
   fc_bulk_frame_size(fr, &meta.width, &meta.height);
+  speech_feed sf = {.s = s, .env = env, .sh = sh, .st = st, .cancel = cancel, .cues = cues};
+  for (int i = 0; i < sh->n_sentences; i++) sf.chars += strlen(sh->sentences[i]);
+  if (p->kind == FC_PLAN_AUDIO) {
+    if ((err = push_audio(s, sh, env, st))) goto done;
+    fc_stream_end(st);
+    sf.ended = 1;
+  } else if ((err = feed(&sf, SPEECH_AHEAD))) {
+    goto done;
+  }
+
   fc_h264enc_params ep = {.width = meta.width, .height = meta.height, .qp = BULK_QP,
                           .preset = env->preset, /* NULL: h264enc's bulk default */
                           .threads = env->encoder_threads > 0 ? env->encoder_threads : 1};
   if (!(vf = fc_bulk_tmp_open(vpath, &vtmp, &err)) || !(af = fc_bulk_tmp_open(apath, &atmp, &err)))
     goto done;
   if (!(enc = fc_h264enc_create(&ep, vf, &err))) goto done;
-  const int64_t total = fc_stream_frames_total(st);
   for (;;) {
     fc_frame_info fi;
     const uint8_t *img;
     const int16_t *pcm;
+    if (!sf.ended && (err = feed(&sf, SPEECH_AHEAD))) goto done;
     err = fc_stream_next_frame(st, &fi, &img, &pcm);
+    if (err == FC_EAGAIN && !sf.ended) { /* the next frame waits for more speech (a mel
+                                          * window's look-ahead): one more sentence */
+      if ((err = feed(&sf, fc_stream_pending_frames(st) + 1))) goto done;
+      continue;
+    }
     if (err == FC_EEOF) {
       err = 0;
       break;
@@ -222,14 +265,14 @@ int fc_video_shard_render(const fc_video_spec *s, const fc_video_plan *p, int k,
     fc_rect changed;
     int known;
     const uint8_t *pic = fc_bulk_frame_draw(fr, img, &d, fi.index * FC_SAMPLES_PER_FRAME, cues,
-                                            meta.n_cues, &changed, &known);
+                                            sf.n_cues, &changed, &known);
     if ((err = fc_h264enc_encode(enc, pic, known ? &changed : NULL))) goto done;
     if (fwrite(pcm, sizeof *pcm, FC_SAMPLES_PER_FRAME, af) != FC_SAMPLES_PER_FRAME) {
       err = fc_error_set(FC_EIO, "%s: cannot write", apath);
       goto done;
     }
     meta.frames++;
-    if (progress) progress(user, meta.frames, total);
+    if (progress) progress(user, meta.frames, frames_estimate(&sf, meta.frames));
   }
   if ((err = fc_h264enc_finish(enc))) goto done;
   if (!meta.frames) {
@@ -238,11 +281,13 @@ int fc_video_shard_render(const fc_video_spec *s, const fc_video_plan *p, int k,
   }
   meta.samples = meta.frames * FC_SAMPLES_PER_FRAME;
   meta.cues = cues;
+  meta.n_cues = sf.n_cues;
   err = fc_bulk_tmp_commit(vf, vtmp, vpath);
   vf = NULL, vtmp = NULL;
   if (!err) err = fc_bulk_tmp_commit(af, atmp, apath);
   af = NULL, atmp = NULL;
   if (!err) err = fc_shard_meta_write(&meta, mpath); /* last: the shard is done */
+  if (err) g_remove(vpath), g_remove(apath);
 done:
   fc_h264enc_destroy(enc);
   if (vf) fclose(vf), g_remove(vtmp);

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_SCRIPT 200000  /* bytes: about 3 hours of speech */
+#define MAX_SCRIPT FC_VIDEO_MAX_SCRIPT /* bytes: about 3 hours of speech */
 #define MAX_BODY (6 * MAX_SCRIPT + 64 * 1024)
 #define MAX_NAME 1024      /* a path, a voice, a URL */
 #define MAX_SIDE 4096

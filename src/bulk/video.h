@@ -10,9 +10,11 @@
  * the joined file has Σ frames, Σ samples, no gap and no repeated frame; captions (SRT/VTT, and
  * burned in when asked) come from the TTS timing of each sentence, offset by the shards before.
  *
- * Files a shard leaves in `dir` (names from fc_video_shard_file), written under a temporary name
- * and renamed into place, so a shard file that exists is complete, and a shard rendered twice
- * (a worker died after renaming but before it said so) leaves one file, not two.
+ * Files a shard leaves in `dir`: its video and audio under names of the render's own
+ * (shard-K.TOKEN.h264, .pcm), then shard-K.json, which names them, written under a temporary
+ * name and renamed into place. So a shard whose .json exists is complete, and a shard rendered
+ * twice at once (a worker thought dead was not) never mixes the two renders' files: the .json
+ * renamed last names one whole render. fc_video_shards_remove removes every render's files.
  *
  * Everything here is thread-safe for distinct shards; nothing here knows HTTP or Redis. */
 #ifndef FC_BULK_VIDEO_H
@@ -39,8 +41,10 @@ typedef struct fc_video_spec {
   char *callback_url;      /* NULL or http(s) URL */
 } fc_video_spec;
 
-/* Parses and checks a request body (JSON object). 0 and *out, or FC_EINVAL / FC_ETOOBIG with a
- * detail naming the field ("size: expected WIDTHxHEIGHT, e.g. 1280x720"). */
+/* Parses and checks a request body (JSON object). 0 and *out, or FC_EINVAL with a detail naming
+ * the field ("size: expected WIDTHxHEIGHT, e.g. 1280x720"; a script over FC_VIDEO_MAX_SCRIPT
+ * bytes: "script: longer than ..."). Members it does not know are ignored. */
+#define FC_VIDEO_MAX_SCRIPT 200000
 int fc_video_spec_parse(const char *json, size_t len, fc_video_spec **out);
 /* The spec as normalised JSON (what a job stores; parse of it gives the same spec). g_free. */
 char *fc_video_spec_json(const fc_video_spec *s);
@@ -89,14 +93,16 @@ typedef struct fc_video_env {
 
 typedef void (*fc_video_progress_cb)(void *user, int64_t frames_done, int64_t frames_total);
 
-/* Renders shard k of p into dir (its video, its PCM and its cues). cancel: checked at each
- * lip-sync request (a nonzero value stops with FC_ECANCELED). 0 or an error with its detail. */
+/* Renders shard k of p into dir (its video, its PCM and its cues). cancel: checked before each
+ * sentence's speech and at each lip-sync request (a nonzero value stops with FC_ECANCELED,
+ * leaving no file). progress: after each frame, with the shard's frames done and its total.
+ * 0 or an error with its detail. */
 int fc_video_shard_render(const fc_video_spec *s, const fc_video_plan *p, int k,
                           const fc_video_env *env, const char *dir, const int *cancel,
                           fc_video_progress_cb progress, void *user);
-/* The path of shard k's file of kind ext in dir ("h264": its video, an H.264 elementary stream
- * that starts with a key frame; "pcm": its audio, 16 kHz mono s16le, a whole number of
- * frames; "json": its frames, samples, size and caption cues, written last). g_free. */
+/* The path of shard k's metadata in dir for ext "json" (written last: its frames, samples,
+ * size, caption cues and the names of its video, an H.264 elementary stream that starts with a
+ * key frame, and its audio, 16 kHz mono s16le of whole frames). g_free. */
 char *fc_video_shard_file(const char *dir, int k, const char *ext);
 /* Whether shard k's files are all in dir (complete). */
 int fc_video_shard_done(const fc_video_plan *p, int k, const char *dir);

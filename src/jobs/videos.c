@@ -27,6 +27,7 @@
 #include "server/internal.h"
 
 #include <glib/gstdio.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -445,8 +446,34 @@ static void drop_files(void *user, const char *id) {
 
 /* The sweeper's tasks: the retention sweep (1), the depth for /metrics (2): a Redis store is
  * a network away from the main loop. */
+/* The local store lives in memory: the folders of an earlier run's jobs have no job left to
+ * expire them. Those older than the retention are removed at start (younger ones may belong to
+ * another server sharing the folder; they go at the next start). */
+static void sweep_orphans(fc_videos *v) {
+  GDir *d = g_dir_open(v->shared, 0, NULL);
+  const char *name;
+  gint64 before = g_get_real_time() / G_USEC_PER_SEC - v->retention_s;
+  int n = 0;
+  while (d && (name = g_dir_read_name(d))) {
+    if (!fc_vjob_id_valid(name)) continue;
+    char *path = g_build_filename(v->shared, name, NULL);
+    GStatBuf sb;
+    if (g_stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) && sb.st_mtime < before) {
+      fc_vrun_remove_job_files(v->shared, name);
+      n++;
+    }
+    g_free(path);
+  }
+  if (d) g_dir_close(d);
+  if (n) g_message("videos: removed %d job folders of earlier runs, older than %d s", n, v->retention_s);
+}
+
 static void sweeper_run(gpointer data, gpointer user) {
   fc_videos *v = user;
+  if (GPOINTER_TO_INT(data) == 3) {
+    sweep_orphans(v);
+    return;
+  }
   fc_vstore *st = take_store(v);
   int pending = 0, queued = 0;
   if (st && GPOINTER_TO_INT(data) == 1) {
@@ -529,6 +556,7 @@ int fc_videos_start(fc_server *srv, int *err) {
                                  .encoder_threads = cores > slots ? cores / slots : 1}};
     if (!(v->run = fc_vrun_create(&rp, err))) return *err;
   }
+  if (!p->redis_url) g_thread_pool_push(v->sweeper, GINT_TO_POINTER(3), NULL);
   /* a short retention is swept often enough to be kept to within a second or two */
   v->expire_timer = g_timeout_add_seconds(MIN(EXPIRE_EVERY_S, MAX(1, v->retention_s / 2)), expire_tick, v);
   fc_http_route(srv, "/v1/videos", h_videos);

@@ -252,8 +252,8 @@ static void webhook_unref(fc_webhook *w) {
 
 static gpointer sender_thread(gpointer data) {
   fc_webhook *w = data;
-  /* Whatever the session attaches (connections' idle timers) goes to a context of this thread,
-   * never to the server's main loop, which would touch the connections from another thread. */
+  /* A session belongs to the context current where it is made: this thread's own, so that
+   * nothing of it is ever dispatched by the server's main loop on another thread. */
   GMainContext *ctx = g_main_context_new();
   g_main_context_push_thread_default(ctx);
   SoupSession *s = NULL; /* made at the first delivery, long after start-up (see the top) */

@@ -250,17 +250,21 @@ int fc_h264_next_au(const uint8_t *buf, size_t len, size_t *pos, uint8_t *out, s
     if (type == 8 && !au->pps) au->pps = buf + nal, au->pps_len = end - nal;
     if (type != 7 && type != 8 && type != 9) {
       const size_t n = end - nal;
-      if (n > UINT32_MAX || w + 4 + n > out_cap)
-        return fc_error_set(FC_EFORMAT, "h264: access unit larger than its buffer");
-      out[w] = (uint8_t)(n >> 24), out[w + 1] = (uint8_t)(n >> 16);
-      out[w + 2] = (uint8_t)(n >> 8), out[w + 3] = (uint8_t)n;
-      memcpy(out + w + 4, buf + nal, n);
+      if (n > UINT32_MAX) return fc_error_set(FC_EFORMAT, "h264: NAL unit over 4 GB");
+      if (w + 4 + n <= out_cap) { /* else only counted: the caller grows its buffer */
+        out[w] = (uint8_t)(n >> 24), out[w + 1] = (uint8_t)(n >> 16);
+        out[w + 2] = (uint8_t)(n >> 8), out[w + 3] = (uint8_t)n;
+        memcpy(out + w + 4, buf + nal, n);
+      }
       w += 4 + n;
     }
     p = next;
   }
   if (!seen_vcl) return fc_error_set(FC_EFORMAT, "h264: data without a picture at its end");
   au->size = w;
+  if (w > out_cap) /* *pos stays: the same call with a buffer of au->size bytes succeeds */
+    return fc_error_set(FC_ENOMEM, "h264: an access unit of %zu bytes, the buffer holds %zu", w,
+                        out_cap);
   *pos = p;
   return 1;
 }

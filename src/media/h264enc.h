@@ -61,9 +61,10 @@ typedef struct fc_h264_au {
   size_t sps_len, pps_len;
 } fc_h264_au;
 
-/* The access unit starting at *pos of buf[0..len): writes its AVC form into out (at least
- * len - *pos + 4 × NAL units bytes; len - *pos + len/3 + 16 is always enough), advances *pos
- * past it. 1: one access unit, 0: the end of buf, FC_EFORMAT: not a stream of pictures. */
+/* The access unit starting at *pos of buf[0..len): writes its AVC form into out, advances *pos
+ * past it. 1: one access unit, 0: the end of buf, FC_EFORMAT: not a stream of pictures,
+ * FC_ENOMEM: out_cap is smaller than the unit's au->size bytes (*pos unchanged: call again
+ * with a larger buffer; len - *pos + len/3 + 16 is always enough). */
 int fc_h264_next_au(const uint8_t *buf, size_t len, size_t *pos, uint8_t *out, size_t out_cap,
                     fc_h264_au *au);
 

@@ -387,11 +387,23 @@ def keys_and_retention(hook_port):
     alice = subprocess.run([BIN, "keys", "add", "alice", "--file", kf], capture_output=True, text=True).stdout.strip()
     bob = subprocess.run([BIN, "keys", "add", "bob", "--file", kf], capture_output=True, text=True).stdout.strip()
     shared = os.path.join(d, "shared")
+    # a job folder an earlier run left (older than the retention) goes at start; a young one stays
+    old_dir, young_dir = os.path.join(shared, "vid_" + "a" * 24), os.path.join(shared, "vid_" + "b" * 24)
+    for x in (old_dir, young_dir):
+        os.makedirs(x)
+        open(os.path.join(x, "video.mp4"), "wb").close()
+    os.utime(old_dir, (time.time() - 3600, time.time() - 3600))
+    os.utime(young_dir, (time.time() + 600, time.time() + 600))  # young however slow the start
     proc, port = A.start_server("--api-keys", kf, "--video-max-active", "1", "--video-retention", "2",
                                 "--shared-dir", shared, *HIGH)
     c = A.Client(port)
     ha, hb = {"Authorization": f"Bearer {alice}"}, {"Authorization": f"Bearer {bob}"}
     try:
+        end = time.time() + 5
+        while time.time() < end and os.path.exists(old_dir):
+            time.sleep(0.1)
+        check(not os.path.exists(old_dir) and os.path.isdir(young_dir),
+              "an earlier run's job folder older than the retention is removed at start, a young one kept")
         st, js, _, r = c.req("GET", "/v1/videos", headers={"X-Request-ID": "nokey-1"})
         check(A.is_error(st, js, 401) and r.getheader("X-Request-ID") == "nokey-1",
               f"no key: 401 JSON, request id echoed ({st})")

@@ -1,7 +1,8 @@
 /* libFuzzer: a bulk shard's H.264 elementary stream as the join reads it back (media/h264enc.h):
  * cut into access units in AVC form until the end or a refusal, the first unit's parameter
- * sets made into an avcC record. Every unit must fit the buffer the join sizes (len + len/3 +
- * 16), consume input and hold a picture. */
+ * sets made into an avcC record. Every unit must fit a buffer of len + len/3 + 16 bytes,
+ * consume input and hold a picture; and with a buffer of 8 bytes the call must ask for the
+ * unit's size and leave *pos where it was. */
 #include "fuzz.h"
 #include "media/h264enc.h"
 
@@ -16,7 +17,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (;;) {
     const size_t before = pos;
     fc_h264_au au;
+    uint8_t small[8];
+    size_t p2 = pos;
+    int r2 = fc_h264_next_au(data, size, &p2, small, sizeof small, &au);
+    if (r2 == FC_ENOMEM && (p2 != pos || au.size <= sizeof small || au.size > cap)) __builtin_trap();
     int r = fc_h264_next_au(data, size, &pos, out, cap, &au);
+    if ((r2 == FC_ENOMEM) != (r == 1 && au.size > sizeof small)) __builtin_trap();
     if (r < 0) {
       fc_fuzz_refusal(r);
       break;
