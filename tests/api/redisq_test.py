@@ -9,8 +9,8 @@ workers (`facecast worker --redis URL --render-slots 1`) on one shared folder.
   -. a second API node answers for the first one's jobs; a job it took, deleted on the first
      while a worker renders it, is canceled there, the worker's render stops (its touch says
      so) and its remaining work leaves Redis;
-  3. the same Idempotency-Key and body, sent at once from several clients, make one job; the
-     key with another body is refused (409);
+  3. the same Idempotency-Key and body, sent at once from four clients to two API nodes, make
+     one job; the key with another body is refused (409);
   4. Redis is killed (SIGKILL) while jobs render and started again on the same port and folder:
      no job is lost, all complete.
 usage: redisq_test.py FACECAST_BINARY"""
@@ -365,13 +365,14 @@ def main():
     check(time.time() - t_cancel < 10 and not redis_cmd(rport, "XLEN", "facecast:vwork"),
           "its work left Redis within %.1f s (rendering stopped, the rest dropped)"
           % (time.time() - t_cancel))
-    stop(api2_p)
 
-    # 3. the same key and body at once from four clients: one job; another body: 409
+    # 3. the same key and body at once from four clients, two on each API node: one job;
+    # another body: 409
     body = {"script": script("Third.", 4)}
     key = {"Idempotency-Key": "order-42"}
     answers = []
-    ts = [threading.Thread(target=lambda: answers.append(submit(api, body, key))) for _ in range(4)]
+    ts = [threading.Thread(target=lambda port=port: answers.append(submit(port, body, key)))
+          for port in (api, api2, api, api2)]
     for t in ts:
         t.start()
     for t in ts:
@@ -386,6 +387,7 @@ def main():
         if isinstance(ans, dict) else []
     j3 = ids.pop()
     check(listed.count(j3) == 1, "the list holds that job once")
+    stop(api2_p)
 
     # 4. Redis killed mid-run and started again: nothing lost
     more = []
