@@ -3,6 +3,7 @@
 # (zip and legacy pickle), safetensors, .npy, the Wav2Lip loader (both networks), LiveTalking's
 # coords.pkl and frame names, avatar packs, Haar cascades, dlib's shape model, JSON bodies,
 # SDP offers, settings files (YAML, .env), Redis replies (RESP2/RESP3), the fleet's node records,
+# webhook receivers' Retry-After,
 # bulk video requests and plans, bulk shards' H.264 streams, and, through a server in the fuzzer's own process,
 # the HTTP routes' bodies, multipart uploads and WebSocket audio (tests/fuzz/README.md).
 #
@@ -14,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
-all=(checkpoint safetensors npy w2l ltcoords ltframes wav image pack haar landmarks json sdp llm voice asr config resp videospec h264au fleet http multipart ws)
+all=(checkpoint safetensors npy w2l ltcoords ltframes wav image pack haar landmarks json sdp llm voice asr config resp webhook videospec h264au fleet http multipart ws)
 targets=("$@")
 ((${#targets[@]})) || targets=("${all[@]}")
 

@@ -7,76 +7,20 @@
  * reconnects); without the server, connection refused and a silent peer's timeout. A machine
  * without redis-server fails this test, naming the package. */
 #include "facecast/error.h"
+#include "fc_redis_server.h"
 #include "fc_test.h"
 #include "jobs/redis.h"
 
-#include <arpa/inet.h>
 #include <glib.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <time.h>
 
 static char tmpdir[256];
 
-/* A port of 127.0.0.1 nothing listens on now (redis-server has no "--port 0"). */
-static int free_port(void) {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t l = sizeof a;
-  int port = -1;
-  if (s >= 0 && bind(s, (struct sockaddr *)&a, sizeof a) == 0 &&
-      getsockname(s, (struct sockaddr *)&a, &l) == 0)
-    port = ntohs(a.sin_port);
-  if (s >= 0) close(s);
-  return port;
-}
-
-static int port_open(int port) {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  int ok = s >= 0 && connect(s, (struct sockaddr *)&a, sizeof a) == 0;
-  if (s >= 0) close(s);
-  return ok;
-}
-
-/* Starts redis-server on port (requiring password when not NULL); its pid, or -1. */
 static pid_t start_server(int port, const char *password) {
-  char p[16], log[400];
-  snprintf(p, sizeof p, "%d", port);
-  snprintf(log, sizeof log, "%s/redis-%d.log", tmpdir, port);
-  pid_t pid = fork();
-  if (pid == 0) {
-    FILE *f = freopen(log, "a", stdout);
-    if (f) dup2(fileno(f), 2);
-    const char *argv[] = {"redis-server", "--port", p, "--bind", "127.0.0.1", "--save", "",
-                          "--appendonly", "no", "--dir", tmpdir, "--daemonize", "no",
-                          "--dbfilename", "unused.rdb", password ? "--requirepass" : NULL,
-                          password, NULL};
-    execvp("redis-server", (char *const *)argv);
-    _exit(127);
-  }
-  for (int i = 0; pid > 0 && i < 500; i++) { /* up to 5 s */
-    int st;
-    if (waitpid(pid, &st, WNOHANG) == pid) {
-      fprintf(stderr, "redis-server exited at start (see %s)\n", log);
-      return -1;
-    }
-    if (port_open(port)) return pid;
-    usleep(10000);
-  }
-  fprintf(stderr, "redis-server did not listen on %d within 5 s\n", port);
-  if (pid > 0) kill(pid, SIGKILL), waitpid(pid, NULL, 0);
-  return -1;
+  return fc_test_redis_start(tmpdir, port, password, 0);
 }
 
-static void stop_server(pid_t pid) {
-  if (pid <= 0) return;
-  kill(pid, SIGKILL);
-  waitpid(pid, NULL, 0);
-}
+static void stop_server(pid_t pid) { fc_test_redis_stop(pid); }
 
 static fc_redis *client(const char *fmt, int port, int io_ms) {
   char url[200];
@@ -218,7 +162,7 @@ static void test_streams(void) {
 }
 
 static void test_auth_select(void) {
-  int p2 = free_port();
+  int p2 = fc_test_free_port();
   pid_t pid = start_server(p2, "s3cret pass");
   FC_REQUIRE(pid > 0);
   fc_redis *none = client("redis://127.0.0.1:%d", p2, 2000);
@@ -300,16 +244,10 @@ static void test_silent_peer(void) {
 }
 
 int main(void) {
-  char *exe = g_find_program_in_path("redis-server");
-  if (!exe) {
-    fprintf(stderr, "FAIL: redis-server not found: install Debian's redis-server package "
-                    "(scripts/deps.sh installs it)\n");
-    return 1;
-  }
-  g_free(exe);
+  if (!fc_test_have_redis()) return 1;
   snprintf(tmpdir, sizeof tmpdir, "%s/fc-redis-XXXXXX", g_get_tmp_dir());
   if (!g_mkdtemp(tmpdir)) return 1;
-  port = free_port();
+  port = fc_test_free_port();
   server = start_server(port, NULL);
   if (server <= 0) {
     fprintf(stderr, "FAIL: could not start redis-server\n");

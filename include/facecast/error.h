@@ -28,6 +28,7 @@ enum {
   FC_ECANCELED = -12,    /* the operation was cancelled */
   FC_EBUSY = -13,        /* at capacity (every place taken): try again later */
   FC_EREMOTE = -14,      /* a remote service (LLM, TTS, ASR) failed, timed out or answered garbage */
+  FC_EEXIST = -15,       /* it exists already (a repeated submission: the earlier one stands) */
 };
 
 /* A static string naming err ("malformed data"); never NULL. */

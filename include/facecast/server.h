@@ -54,6 +54,8 @@ typedef struct fc_server_params {
   const char *api_keys;    /* keys file (facecast keys add): control routes want
                             * "Authorization: Bearer KEY", sessions belong to their key;
                             * NULL = an open server (said at start-up) */
+  const char *webhook_secret; /* signs notifications (X-Facecast-Signature; src/jobs/webhook.h);
+                              * never logged; NULL = unsigned */
   const char *media_dirs;  /* ':'-separated folders whose files avatar tasks may name by path
                             * (video_path/image_path); NULL = uploads only */
   int metrics_session_ids; /* label /metrics' per-session series with the session id (a
@@ -87,9 +89,22 @@ typedef struct fc_server_params {
   int asr_timeout_s;       /* 0 = 15 */
   int barge_in;            /* user speech stops the avatar (1, the default) or not (0) */
   int vad_hangover_ms;     /* silence that ends a spoken turn; 0 = 500 */
-  /* Live sessions across machines (src/server/fleet.h): nodes register in Redis; a full
-   * node's offers go to a node with room, requests follow their session to its node. */
-  const char *redis_url;   /* redis://[[user]:password@]host[:port][/db]; NULL = one node */
+  /* Bulk videos (/v1/videos; src/jobs/videos.c). */
+  int render_slots;        /* render threads taking the store's work; 0 = the cores, -1 = none
+                            * (this node only submits: another process renders) */
+  const char *shared_dir;  /* the jobs' files; NULL = <data dir>/videos */
+  const char *redis_url;   /* redis://[[user]:password@]host[:port][/db]: the job store on Redis
+                            * and the live fleet's registry; NULL = in this process, one node */
+  int worker;              /* `facecast worker`: this node only renders the store's work; its
+                            * HTTP answers /healthz and /metrics, nothing else (404) */
+  int claim_idle_s;        /* a work item quiet this long (its worker died) is taken over by
+                            * another; 0 = 15 */
+  int video_retention_s;   /* finished jobs (and files) kept; 0 = 86400 */
+  int video_max_active;    /* with API keys, a key's unfinished jobs at most; 0 = 10 */
+  int rate_limit_per_min;  /* /v1 requests per key (or client address without keys) and
+                            * minute, a token bucket; 0 = 50, -1 = no limit */
+  /* Live sessions across machines (src/server/fleet.h): nodes register in Redis (redis_url); a
+   * full node's offers go to a node with room, requests follow their session to its node. */
   const char *node_url;    /* http(s)://HOST:PORT others reach this node at; NULL = derived
                             * from the listen address (this machine's name on 0.0.0.0) */
   int fleet_redirect;      /* a full node answers an offer 307 to a node with room instead of

@@ -8,6 +8,7 @@
 
 #include <getopt.h>
 #include <glib.h>
+#include <stdio.h>
 
 /* Exit codes: bad input or usage (the user can fix it) vs. a failure inside facecast. */
 enum { FC_EXIT_OK = 0, FC_EXIT_FAIL = 1, FC_EXIT_INPUT = 2 };
@@ -19,6 +20,16 @@ int fc_cmd_wav2lip(int argc, char **argv);
 int fc_cmd_avatar(int argc, char **argv);
 int fc_cmd_keys(int argc, char **argv);
 int fc_cmd_say(int argc, char **argv);
+int fc_cmd_worker(int argc, char **argv);
+
+/* serve's options and server (serve_cmd.c), as `serve` or, worker 1, as `worker`. */
+struct fc_server_params;
+int fc_cli_serve(int argc, char **argv, int worker);
+/* worker_cmd.c: its --help; its checks of serve's parsed options (0 or FC_EINVAL with a
+ * detail), which make them a worker's; its line once started. */
+void fc_cli_worker_usage(FILE *f);
+int fc_cli_worker_check(struct fc_server_params *p);
+void fc_cli_worker_started(const struct fc_server_params *p, int port);
 /* facecast bench pack (bench_pack.c); argv[0] is "pack". */
 int fc_bench_pack(int argc, char **argv);
 /* facecast bench bulk (bench_bulk.c); argv[0] is "bulk". */

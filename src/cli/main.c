@@ -13,6 +13,7 @@ static void usage(FILE *f) {
         "\n"
         "commands:\n"
         "  serve    real-time talking sessions in the browser (WebRTC), LiveTalking's API\n"
+        "  worker   render bulk video jobs from Redis (beside serve --redis nodes)\n"
         "  render   speech (text or WAV) + portrait -> lip-synced MP4\n"
         "  bench    measure speed (bench render|serve|model|pack|chat|bulk)\n"
         "  wav2lip  run the Wav2Lip network on .npy tensors (wav2lip infer)\n"
@@ -52,6 +53,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "avatar") == 0) return fc_cmd_avatar(argc - 1, argv + 1);
   if (strcmp(cmd, "keys") == 0) return fc_cmd_keys(argc - 1, argv + 1);
   if (strcmp(cmd, "say") == 0) return fc_cmd_say(argc - 1, argv + 1);
+  if (strcmp(cmd, "worker") == 0) return fc_cmd_worker(argc - 1, argv + 1);
   if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
     usage(stdout);
     return FC_EXIT_OK;

@@ -21,6 +21,10 @@ static void serve_usage(FILE *f) {
         "                      [--header-timeout S] [--body-timeout S] [--idle-timeout S]\n"
         "                      [--write-timeout S]\n"
         "                      [--api-keys FILE] [--media-dir DIR[:DIR...]] [--metrics-session-ids]\n"
+        "                      [--webhook-secret-file FILE]\n"
+        "                      [--render-slots K] [--shared-dir DIR] [--video-retention S]\n"
+        "                      [--video-max-active N] [--rate-limit N/min] [--redis URL]\n"
+        "                      [--claim-idle S]\n"
         "                      [--llm-url URL] [--llm-model NAME] [--llm-system TEXT]\n"
         "                      [--llm-timeout S] [--tts PROVIDER] [--tts-url URL]\n"
         "                      [--tts-voice NAME] [--tts-model NAME] [--tts-ref-audio PATH]\n"
@@ -32,7 +36,7 @@ static void serve_usage(FILE *f) {
         "                      [--config FILE] [--quiet]\n"
         "                      [--ice-ports MIN-MAX] [--ice-tcp on|off]\n"
         /* fleet (src/server/fleet.h) */
-        "                      [--redis URL [--node-url http://HOST:PORT] [--fleet-redirect]]\n"
+        "                      [--node-url http://HOST:PORT] [--fleet-redirect]\n"
         "\n"
         "Open http://HOST:PORT/ in a browser, press Connect and type a sentence.\n"
         "Chat (/human type=chat) needs an OpenAI-compatible LLM: --llm-url (default\n"
@@ -73,6 +77,19 @@ static void serve_usage(FILE *f) {
         "stun:HOST:PORT, -c, --fps 25); -l/-m/-r, --batch_size, --modelres and\n"
         "--audio_output_device are accepted and have no effect; --model wav2lip without\n"
         "--checkpoint loads models/wav2lip.pth when it exists.\n"
+        "--webhook-secret-file FILE: sign notifications (notifyurl) with HMAC-SHA256 of this\n"
+        "secret (X-Facecast-Signature; else $FACECAST_WEBHOOK_SECRET; see README \"Webhooks\").\n"
+        "Bulk videos (POST /v1/videos, docs/API.md): --render-slots K render threads (default:\n"
+        "the cores; 0: this node only takes requests, workers render), files in --shared-dir\n"
+        "(default DATA_DIR/videos), finished jobs kept --video-retention seconds (86400);\n"
+        "with --api-keys a key has at most --video-max-active unfinished jobs (10). Every /v1\n"
+        "request but file downloads takes a token of its key's (or address's) bucket:\n"
+        "--rate-limit N/min (50; 0: no limit), else 429 with Retry-After.\n"
+        "--redis redis://[:PASSWORD@]HOST[:PORT][/DB]: jobs and their work in Redis (a Stream\n"
+        "read by a consumer group), shared with `facecast worker --redis` nodes that render\n"
+        "them into the same --shared-dir; this node then only takes requests unless\n"
+        "--render-slots K is given. A work item whose worker went quiet for --claim-idle\n"
+        "seconds (15) is taken over by another.\n"
         "WebRTC behind firewalls: --ice-ports 50000-50100 keeps each session's media on one\n"
         "port of that range (UDP, and TCP with --ice-tcp on, the default): open the range.\n"
         "--turn turn://USER:PASS@HOST:PORT relays through a TURN server (coturn); with\n"
@@ -152,7 +169,9 @@ static void lt_settings(fc_server_params *p, const char *ref_file, const char *t
   }
 }
 
-int fc_cmd_serve(int argc, char **argv) {
+/* serve, or (worker) the same server as a worker node: the same options, with --redis required,
+ * render slots the cores by default, and only /healthz and /metrics over HTTP. */
+int fc_cli_serve(int argc, char **argv, int worker) {
   static const struct option opts[] = {{"port", required_argument, 0, 'p'},
                                        {"host", required_argument, 0, 'H'},
                                        {"avatar", required_argument, 0, 'a'},
@@ -218,15 +237,21 @@ int fc_cmd_serve(int argc, char **argv) {
                                        {"push-url", required_argument, 0, 1047},
                                        {"ice-ports", required_argument, 0, 1200},
                                        {"ice-tcp", required_argument, 0, 1201},
-                                       /* fleet (src/server/fleet.h) */
+                                       {"webhook-secret-file", required_argument, 0, 1202},
+                                       {"render-slots", required_argument, 0, 1203},
+                                       {"shared-dir", required_argument, 0, 1204},
+                                       {"video-retention", required_argument, 0, 1205},
+                                       {"video-max-active", required_argument, 0, 1206},
+                                       {"rate-limit", required_argument, 0, 1207},
                                        {"redis", required_argument, 0, 1300},
+                                       {"claim-idle", required_argument, 0, 1301},
                                        {"node-url", required_argument, 0, 1320},
                                        {"fleet-redirect", no_argument, 0, 1321},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   fc_server_params p = fc_server_params_default();
-  int c, err, unused = 0, ignored;
-  const char *ref_file = NULL, *env_file = NULL, *tts_server = NULL;
+  int c, err, unused = 0, ignored, slots_given = 0;
+  const char *ref_file = NULL, *env_file = NULL, *tts_server = NULL, *webhook_secret_file = NULL;
   /* the options point into it for the server's whole life: kept until exit */
   static GPtrArray *keep;
   if ((err = fc_cli_with_config(argc, argv, opts, &argc, &argv, &keep))) return fc_cli_fail(err);
@@ -362,14 +387,46 @@ int fc_cmd_serve(int argc, char **argv) {
         return fc_cli_fail(fc_error_set(FC_EINVAL, "--ice-tcp '%s': expected on or off", optarg));
       p.ice_no_tcp = !strcmp(optarg, "off");
       break;
-    /* fleet (src/server/fleet.h); --redis is shared with the job queue */
+    case 1202: webhook_secret_file = optarg; break;
+    case 1203:
+      if ((err = int_opt("--render-slots", optarg, 0, 1024, &p.render_slots))) return fc_cli_fail(err);
+      if (!p.render_slots) p.render_slots = -1; /* 0: none here (the server's 0 is "the cores") */
+      slots_given = 1;
+      break;
+    case 1204: p.shared_dir = optarg; break;
+    case 1205:
+      if ((err = int_opt("--video-retention", optarg, 1, 365 * 86400, &p.video_retention_s)))
+        return fc_cli_fail(err);
+      break;
+    case 1206:
+      if ((err = int_opt("--video-max-active", optarg, 1, 1000000, &p.video_max_active)))
+        return fc_cli_fail(err);
+      break;
+    case 1207: { /* N/min (or N) */
+      char num[24];
+      size_t k = strcspn(optarg, "/");
+      if (k >= sizeof num || (optarg[k] && strcmp(optarg + k, "/min")))
+        return fc_cli_fail(fc_error_set(FC_EINVAL, "--rate-limit '%s': expected N/min", optarg));
+      memcpy(num, optarg, k);
+      num[k] = 0;
+      if ((err = int_opt("--rate-limit", num, 0, 1000000000, &p.rate_limit_per_min)))
+        return fc_cli_fail(err);
+      if (!p.rate_limit_per_min) p.rate_limit_per_min = -1; /* 0: no limit */
+      break;
+    }
     case 1300: p.redis_url = optarg; break;
-    case 1320: p.node_url = optarg; break;
+    case 1301: /* above the runner's 2 s between touches, with room for a slow Redis */
+      if ((err = int_opt("--claim-idle", optarg, 5, 3600, &p.claim_idle_s))) return fc_cli_fail(err);
+      break;
+    case 1320: p.node_url = optarg; break; /* fleet (src/server/fleet.h) */
     case 1321: p.fleet_redirect = 1; break;
-    case 'h': serve_usage(stdout); return FC_EXIT_OK;
+    case 'h':
+      if (worker) fc_cli_worker_usage(stdout);
+      else serve_usage(stdout);
+      return FC_EXIT_OK;
     default:
-      fprintf(stderr, "facecast: error: serve: unknown or incomplete option '%s'\n",
-              argv[optind - 1]);
+      fprintf(stderr, "facecast: error: %s: unknown or incomplete option '%s'\n",
+              worker ? "worker" : "serve", argv[optind - 1]);
       return FC_EXIT_INPUT;
     }
   }
@@ -391,6 +448,25 @@ int fc_cmd_serve(int argc, char **argv) {
   else if (p.asr && !g_ascii_strcasecmp(p.asr, "openai")) p.asr_key = env_key;
   /* coturn's shared secret: time-limited TURN credentials per client (never a flag) */
   if (getenv("TURN_SECRET") && *getenv("TURN_SECRET")) p.turn_secret = getenv("TURN_SECRET");
+  /* Webhooks' signing secret: a file (its first line) or $FACECAST_WEBHOOK_SECRET; never printed */
+  if (webhook_secret_file) {
+    static char *secret; /* the server's whole life */
+    GError *e = NULL;
+    if (!g_file_get_contents(webhook_secret_file, &secret, NULL, &e)) {
+      err = fc_error_set(FC_EIO, "--webhook-secret-file: %s", e->message);
+      g_error_free(e);
+      return fc_cli_fail(err);
+    }
+    secret[strcspn(secret, "\r\n")] = 0;
+    if (!*secret)
+      return fc_cli_fail(fc_error_set(FC_EINVAL, "--webhook-secret-file %s: empty", webhook_secret_file));
+    p.webhook_secret = secret;
+  } else if (getenv("FACECAST_WEBHOOK_SECRET") && *getenv("FACECAST_WEBHOOK_SECRET")) {
+    p.webhook_secret = getenv("FACECAST_WEBHOOK_SECRET");
+  }
+  if ((err = worker ? fc_cli_worker_check(&p) : 0)) return fc_cli_fail(err);
+  /* an API node on Redis submits; it renders only when asked to (--render-slots K) */
+  if (!worker && p.redis_url && !slots_given) p.render_slots = -1;
   const char *tts_key = getenv("TTS_API_KEY");
   if (tts_key && *tts_key) p.tts_key = tts_key;
   else if (p.tts && !g_ascii_strcasecmp(p.tts, "openai")) p.tts_key = env_key;
@@ -402,12 +478,17 @@ int fc_cmd_serve(int argc, char **argv) {
   if ((err = fc_cli_lt_avatar(&p.avatar))) return fc_cli_fail(err); /* a LiveTalking folder */
   fc_server *srv = fc_server_create(&p, &err);
   if (!srv) return fc_cli_fail(err);
-  fprintf(stderr, "facecast: serving on %s://%s:%d/ (%d sessions max)\n",
-          p.tls_cert ? "https" : "http", p.host ? p.host : "0.0.0.0", fc_server_port(srv),
-          p.max_sessions);
+  if (worker)
+    fc_cli_worker_started(&p, fc_server_port(srv));
+  else
+    fprintf(stderr, "facecast: serving on %s://%s:%d/ (%d sessions max)\n",
+            p.tls_cert ? "https" : "http", p.host ? p.host : "0.0.0.0", fc_server_port(srv),
+            p.max_sessions);
   fflush(stderr);
   fc_server_run(srv, 1);
   fprintf(stderr, "facecast: stopping\n");
   fc_server_destroy(srv);
   return FC_EXIT_OK;
 }
+
+int fc_cmd_serve(int argc, char **argv) { return fc_cli_serve(argc, argv, 0); }

@@ -22,6 +22,7 @@ const char *fc_strerror(int err) {
   case FC_EAGAIN: return "resource temporarily unavailable";
   case FC_EBUSY: return "at capacity";
   case FC_EREMOTE: return "remote service failed";
+  case FC_EEXIST: return "already exists";
   case FC_EEOF: return "end of stream";
   case FC_ECANCELED: return "operation cancelled";
   default: return "unknown error";

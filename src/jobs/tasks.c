@@ -2,6 +2,7 @@
 #include "jobs/tasks.h"
 
 #include "facecast/error.h"
+#include "jobs/webhook.h"
 #include "server/internal.h"
 
 #include <stdio.h>
@@ -14,55 +15,26 @@ struct fc_tasks {
   GMutex lock;
   GHashTable *jobs; /* id → fc_task* (the kind's struct) */
   GThreadPool *pool; /* one thread */
-  GThreadPool *notifier; /* one thread: POSTs to notify URLs, each within 5 s */
-  SoupSession *http;     /* the notifier thread's */
+  fc_webhook *notifier; /* the server's (srv->webhook): POSTs to notify URLs (webhook.h) */
   unsigned seq;
 };
-
-typedef struct notice {
-  char *url, *json;
-} notice;
-
-/* The notifier thread: one POST, its answer read and ignored (LiveTalking's notifyurl: a
- * failure is logged, never retried, and never touches the job). */
-static void send_notice(gpointer data, gpointer user) {
-  fc_tasks *ts = user;
-  notice *n = data;
-  if (!ts->http) ts->http = soup_session_new_with_options("timeout", 5, "idle-timeout", 5, NULL);
-  SoupMessage *m = soup_message_new("POST", n->url);
-  if (m) {
-    GBytes *b = g_bytes_new_take(n->json, strlen(n->json));
-    n->json = NULL;
-    soup_message_set_request_body_from_bytes(m, "application/json", b);
-    g_bytes_unref(b);
-    GError *e = NULL;
-    GBytes *r = soup_session_send_and_read(ts->http, m, NULL, &e);
-    if (e || soup_message_get_status(m) >= 300)
-      g_warning("%s notify %s: %s", ts->kind->noun, n->url,
-                e ? e->message : soup_message_get_reason_phrase(m));
-    if (r) g_bytes_unref(r);
-    g_clear_error(&e);
-    g_object_unref(m);
-  }
-  g_free(n->url);
-  g_free(n->json);
-  g_free(n);
-}
-
-/* Queues a notice of t's state now (lock held). */
-static void notify_locked(fc_tasks *ts, const fc_task *t) {
-  if (!t->notify_url[0]) return;
-  GString *o = g_string_new(NULL);
-  ts->kind->json(t, o);
-  notice *n = g_new0(notice, 1);
-  n->url = g_strdup(t->notify_url);
-  n->json = g_string_free(o, FALSE);
-  g_thread_pool_push(ts->notifier, n, NULL);
-}
 
 static const char *const status_name[] = {"pending", "running", "completed", "failed", "canceled"};
 
 const char *fc_task_status_name(int status) { return status_name[status]; }
+
+/* Queues a notice of t's state now (lock held): signed, retried and logged in t's
+ * notify_attempts by the webhook sender (LiveTalking's notifyurl posts once, unsigned). */
+static void notify_locked(fc_tasks *ts, const fc_task *t) {
+  if (!t->notify_url[0]) return;
+  GString *o = g_string_new(NULL);
+  ts->kind->json(t, o);
+  char event[32];
+  g_snprintf(event, sizeof event, "task.%s", fc_task_status_name(t->status));
+  fc_webhook_send(ts->notifier, t->notify_url, event, o->str, t->notify_log);
+  g_string_free(o, TRUE);
+}
+
 
 void fc_task_json_fields(const fc_task *t, GString *o) {
   g_string_append_printf(o, "\"task_id\":\"%s\",\"status\":\"%s\",\"progress\":%d", t->id,
@@ -83,6 +55,8 @@ void fc_task_json_fields(const fc_task *t, GString *o) {
     q = fc_http_json_quote(t->notify_url);
     g_string_append(o, q);
     g_free(q);
+    g_string_append(o, ",\"notify_attempts\":");
+    fc_webhook_log_json(t->notify_log, o);
   } else {
     g_string_append(o, "null");
   }
@@ -118,11 +92,16 @@ static void run_job(gpointer data, gpointer user) {
   g_mutex_unlock(&ts->lock);
 }
 
+static void destroy(fc_tasks *ts, fc_task *t) {
+  fc_webhook_log_unref(t->notify_log); /* the sender keeps its own reference while it sends */
+  ts->kind->destroy(t);
+}
+
 /* Drops a finished job (lock held). */
 static void forget(fc_tasks *ts, fc_task *t) {
   if (ts->kind->forget) ts->kind->forget(t);
   g_hash_table_steal(ts->jobs, t->id);
-  ts->kind->destroy(t);
+  destroy(ts, t);
 }
 
 /* Forgets the oldest finished job when the table is full (lock held); 0: all unfinished. */
@@ -149,7 +128,7 @@ fc_tasks *fc_tasks_new(fc_server *srv, const fc_task_kind *kind) {
   g_mutex_init(&ts->lock);
   ts->jobs = g_hash_table_new(g_str_hash, g_str_equal); /* values freed by hand: kind->destroy */
   ts->pool = g_thread_pool_new(run_job, ts, 1, TRUE, NULL);
-  ts->notifier = g_thread_pool_new(send_notice, ts, 1, TRUE, NULL);
+  ts->notifier = srv->webhook;
   return ts;
 }
 
@@ -162,10 +141,8 @@ void fc_tasks_free(fc_tasks *ts) {
   while (g_hash_table_iter_next(&it, NULL, &v)) fc_task_cancel(v);
   g_mutex_unlock(&ts->lock);
   g_thread_pool_free(ts->pool, TRUE, TRUE);
-  g_thread_pool_free(ts->notifier, TRUE, TRUE); /* the notice being sent (5 s at most); no more */
-  if (ts->http) g_object_unref(ts->http);
   g_hash_table_iter_init(&it, ts->jobs);
-  while (g_hash_table_iter_next(&it, NULL, &v)) ts->kind->destroy(v);
+  while (g_hash_table_iter_next(&it, NULL, &v)) destroy(ts, v);
   g_hash_table_destroy(ts->jobs);
   g_mutex_clear(&ts->lock);
   g_free(ts);
@@ -199,6 +176,7 @@ void fc_tasks_submit(fc_tasks *ts, SoupServerMessage *msg, fc_task *t, const cha
   t->start_real = g_get_real_time();
   const char *who = fc_http_owner(msg);
   g_strlcpy(t->owner, who ? who : "", sizeof t->owner);
+  if (t->notify_url[0]) t->notify_log = fc_webhook_log_new();
   g_hash_table_insert(ts->jobs, t->id, t);
   g_thread_pool_push(ts->pool, t, NULL);
   notify_locked(ts, t);

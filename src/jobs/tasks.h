@@ -31,6 +31,7 @@ typedef struct fc_task {
   gint64 start_real, end_real; /* wall clock (µs since the epoch): submitted, finished (0: not yet) */
   char notify_url[512]; /* "" or an http(s) URL the job's JSON is POSTed to at each change of
                          * status (LiveTalking's notifyurl; set before fc_tasks_submit) */
+  struct fc_webhook_log *notify_log; /* its POSTs' attempts (webhook.h); set by the table */
 } fc_task;
 
 /* cancel and progress cross threads without the lock: one word each, no order needed. */

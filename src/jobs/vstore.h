@@ -47,6 +47,9 @@ typedef struct fc_vjob {
 
 void fc_vjob_clear(fc_vjob *j);
 const char *fc_vjob_status_name(int status); /* "pending", "processing", ... */
+/* Whether id has a job id's shape ("vid_" + 24 lowercase hex digits); a fresh random one. */
+int fc_vjob_id_valid(const char *id);
+void fc_vjob_new_id(char id[40]);
 
 /* A work item taken from the queue. */
 typedef struct fc_vwork {
@@ -75,7 +78,9 @@ void fc_vstore_destroy(fc_vstore *s);
 
 /* --- the API's side --- */
 
-/* Stores a new job j (status pending, j->shards from its plan) and queues its shards. With an
+/* Stores a new job j (status pending, j->shards from its plan) and queues its shards. j->id:
+ * the caller's (fc_vjob_new_id: its uploads are in place under it already) or "" for a new one,
+ * written back; created_ms 0: now. At most max_jobs unfinished jobs: FC_EBUSY. With an
  * idempotency key: the same key (for the same owner) and the same body_sha256 → FC_EEXIST and
  * the earlier job's id in existing_id (nothing stored); a different body → FC_EINVAL with
  * detail "Idempotency-Key ... was used with a different body" (the API answers 409). */
@@ -103,7 +108,8 @@ int fc_vstore_depth(fc_vstore *s, int *jobs_pending, int *items_queued);
  * 0 and *w, or FC_EAGAIN when nothing came. A canceled job's items are acknowledged here and
  * never returned. */
 int fc_vstore_take(fc_vstore *s, int timeout_ms, fc_vwork *w);
-/* Still working on w (call every few seconds): keeps it from being taken over. */
+/* Still working on w (call every few seconds): keeps it from being taken over. FC_ECANCELED
+ * when its job is no longer wanted (canceled, failed by another item, removed): stop. */
 int fc_vstore_touch(fc_vstore *s, const fc_vwork *w);
 /* The job's state moves on: processing (first item taken; started_ms), progress. */
 int fc_vstore_progress(fc_vstore *s, const char *job, int shard, int64_t frames_done,
@@ -111,7 +117,8 @@ int fc_vstore_progress(fc_vstore *s, const char *job, int shard, int64_t frames_
 /* Shard w is rendered (its files in place): acknowledges it; when it was the last one, queues
  * the join (once, however many workers finish shards at the same moment). */
 int fc_vstore_shard_done(fc_vstore *s, const fc_vwork *w);
-/* The join w is done: the job completes (frames, seconds), w is acknowledged. */
+/* The join w is done: the job completes (frames, seconds), w is acknowledged. shard_done and
+ * complete on a job no longer processing acknowledge w and return FC_ECANCELED. */
 int fc_vstore_complete(fc_vstore *s, const fc_vwork *w, int64_t frames, double seconds);
 /* w failed for good: the job fails with error, w is acknowledged. */
 int fc_vstore_fail(fc_vstore *s, const fc_vwork *w, const char *error);

@@ -33,4 +33,12 @@ struct fc_vstore {
 fc_vstore *fc_vstore_local_create(const fc_vstore_params *p, int *err);
 fc_vstore *fc_vstore_redis_create(const fc_vstore_params *p, int *err);
 
+/* The redis store's readers of what Redis answers (vstore_redis.c; fuzzed by
+ * tests/fuzz/fuzz_resp.c): a job's HGETALL into *j (0; FC_ENOTFOUND for an empty hash;
+ * FC_EFORMAT otherwise; fc_vjob_clear *j either way), and a stream entry [id, [field, value...]]
+ * into *w (0, or 1 when it is no work item). */
+struct fc_resp;
+int fc_vstore_redis_read_job(const struct fc_resp *rep, fc_vjob *j);
+int fc_vstore_redis_read_entry(const struct fc_resp *e, fc_vwork *w);
+
 #endif

@@ -359,6 +359,7 @@ static int check_node_url(const char *url) {
 fc_fleet *fc_fleet_create(fc_server *srv, int *err) {
   const fc_server_params *p = &srv->p;
   *err = FC_OK;
+  if (p->worker) return NULL; /* `facecast worker` renders bulk work only: no live sessions */
   if (!p->redis_url || !*p->redis_url) {
     if (p->node_url || p->fleet_redirect)
       *err = fc_error_set(FC_EINVAL, "--node-url and --fleet-redirect need --redis URL");

@@ -73,6 +73,7 @@ int fc_http_status_of(int err) {
   case FC_EREMOTE: return 502;  /* the LLM, a TTS or ASR service behind us failed */
   case FC_ENOTFOUND: return 404;
   case FC_ECANCELED: return 409;
+  case FC_EEXIST: return 409;
   case FC_ENOMEM:
   case FC_EMEDIA:
   case FC_EIO:
@@ -253,8 +254,34 @@ void fc_http_serve_file(SoupServerMessage *msg, const char *file, const char *ty
   }
   GBytes *b = g_mapped_file_get_bytes(mf);
   g_mapped_file_unref(mf);
+  /* Byte ranges: libsoup answers a satisfiable Range of a complete 200 body itself (206 with
+   * Content-Range, or multipart/byteranges for several); an unsatisfiable one is answered
+   * here, with the size a client needs to ask again (RFC 9110's Content-Range: bytes * /N). */
+  SoupMessageHeaders *rq = soup_server_message_get_request_headers(msg);
+  SoupMessageHeaders *rs = soup_server_message_get_response_headers(msg);
+  soup_message_headers_replace(rs, "Accept-Ranges", "bytes");
+  SoupRange *ranges = NULL;
+  int nr = 0, satisfiable = 0;
+  goffset size = (goffset)g_bytes_get_size(b);
+  /* a Range that does not parse is ignored (the whole file), one that parses but starts past
+   * the end everywhere is refused */
+  if (soup_message_headers_get_one(rq, "Range") &&
+      soup_message_headers_get_ranges(rq, size, &ranges, &nr)) {
+    for (int i = 0; i < nr; i++) satisfiable |= ranges[i].start < size;
+  } else {
+    satisfiable = 1;
+  }
+  if (!satisfiable) {
+    char cr[48];
+    snprintf(cr, sizeof cr, "bytes */%zu", g_bytes_get_size(b));
+    soup_message_headers_replace(rs, "Content-Range", cr);
+    fc_http_error(msg, 416, "Range: not satisfiable for a file of %zu bytes", g_bytes_get_size(b));
+    g_bytes_unref(b);
+    return;
+  }
+  if (ranges) soup_message_headers_free_ranges(rq, ranges);
   soup_server_message_set_status(msg, 200, NULL);
-  soup_message_headers_set_content_type(soup_server_message_get_response_headers(msg), type, NULL);
+  soup_message_headers_set_content_type(rs, type, NULL);
   soup_message_body_append_bytes(soup_server_message_get_response_body(msg), b);
   g_bytes_unref(b);
 }
@@ -331,6 +358,21 @@ static void refuse_now(fc_server *srv, SoupServerMessage *msg, int status, const
   GString *extra = g_string_new(NULL);
   cors_lines(srv, msg, extra);
   if (status == 401) g_string_append(extra, "WWW-Authenticate: Bearer realm=\"facecast\"\r\n");
+  /* /v1 answers carry the request's id, refusals too (the client's when valid, else a new one) */
+  const char *upath = g_uri_get_path(soup_server_message_get_uri(msg));
+  if (upath && g_str_has_prefix(upath, "/v1/")) {
+    const char *rid = soup_message_headers_get_one(soup_server_message_get_request_headers(msg),
+                                                   "X-Request-ID");
+    char *made = NULL;
+    if (!rid || strlen(rid) > 95 ||
+        strspn(rid, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-") != strlen(rid) || !*rid) {
+      char *u = g_uuid_string_random();
+      rid = made = g_strdup_printf("req_%s", u);
+      g_free(u);
+    }
+    g_string_append_printf(extra, "X-Request-ID: %s\r\n", rid);
+    g_free(made);
+  }
   fc_conn_refuse(msg, status, reason, text, extra->len ? extra->str : NULL);
   g_string_free(extra, TRUE);
 }
@@ -342,6 +384,8 @@ static goffset body_limit(SoupServerMessage *msg, const char *path) {
       !fc_http_is_method(msg, "PATCH"))
     return 0;
   if (strcmp(path, "/humanaudio") == 0) return MAX_UPLOAD;
+  if (strcmp(path, "/v1/videos") == 0 && fc_http_has_content_type(msg, "multipart/form-data"))
+    return FC_MAX_VIDEO_BODY;
   if (strncmp(path, "/api/avatar/task", 16) == 0 && fc_http_has_content_type(msg, "multipart/form-data"))
     return FC_MAX_AVATAR_UPLOAD;
   return MAX_JSON_BODY;
@@ -372,6 +416,13 @@ static const char *presented_key(fc_server *srv, SoupServerMessage *msg) {
 static int check_request(fc_server *srv, SoupServerMessage *msg, const char *path, int api) {
   if (srv->closing) { /* the server is being torn down: its jobs and sessions are going */
     refuse_now(srv, msg, 503, "Service Unavailable", "the server is stopping");
+    return 0;
+  }
+  /* A worker (facecast worker) renders what the job store hands out; it takes no requests
+   * but its health and its figures. */
+  if (srv->p.worker && strcmp(path, "/healthz") != 0 && strcmp(path, "/metrics") != 0) {
+    refuse_now(srv, msg, 404, "Not Found",
+               "a worker node serves /healthz and /metrics only (requests go to an API node)");
     return 0;
   }
   cors_apply(srv, msg);

@@ -136,8 +136,12 @@ typedef struct fc_server {
   GHashTable *recordings; /* session id → fc_recording: its last finished one (main loop) */
   GThreadPool *workers;
 
+  /* The server's one webhook sender (jobs/webhook.h): the task tables' notify URLs go through
+   * it, and /metrics reports its failures; made before them, freed after them. */
+  struct fc_webhook *webhook;
   struct fc_avatar_tasks *avatar_tasks; /* src/jobs/avatars.c */
   struct fc_tasks *render_tasks;       /* src/jobs/renders.c (jobs/tasks.h) */
+  struct fc_videos *videos;            /* src/jobs/videos.c: /v1/videos, its store and runner */
 
   /* Pacer threads: each paces the sessions whose shard is its index (pacer.c). */
   struct fc_pacer *pacers;
@@ -448,6 +452,8 @@ void fc_http_early_api(SoupServer *server, SoupServerMessage *msg, const char *p
 void fc_http_early_page(SoupServer *server, SoupServerMessage *msg, const char *path,
                         GHashTable *q, gpointer user);
 #define FC_MAX_AVATAR_UPLOAD (256 * 1024 * 1024) /* a video for avatar creation */
+#define FC_MAX_VIDEO_BODY (64 * 1024 * 1024 + 512 * 1024) /* POST /v1/videos multipart: an
+                                                            * audio file and the fields */
 /* More helpers of http.c for the route files (routes_session.c, routes_speech.c): */
 char *fc_http_json_quote(const char *s);               /* a JSON string literal (g_free it) */
 int fc_http_status_of(int err);                        /* the HTTP status for an FC_E* code */
@@ -529,6 +535,13 @@ void fc_render_tasks_register(fc_server *srv);
 /* The lip-sync scheduler's largest batch (server.c sizes it; the admin API reports it as
  * LiveTalking's batch_size). */
 static inline int fc_server_max_batch(const fc_server *srv) { return srv->gpu ? 128 : 16; }
+/* src/jobs/videos.c: bulk videos (/v1/videos): the job store, the runner's render slots, the
+ * retention sweep. _start registers the routes (0 or an error with its detail); _free before
+ * the lip-sync pool (renders are its clients); _metrics appends the job families. */
+int fc_videos_start(fc_server *srv, int *err);
+void fc_videos_log_start(fc_server *srv); /* says how it runs, once the server has started */
+void fc_videos_free(fc_server *srv);
+void fc_videos_metrics(fc_server *srv, GString *out);
 /* admin.c: GET /api/admin/config, /api/admin/sessions; stopping a session. */
 void fc_admin_register(fc_server *srv);
 void fc_render_tasks_free(fc_server *srv);

@@ -3,6 +3,7 @@
  * sessions' own counters are read under the server lock without their writers' locks: the
  * pacer, their only writer, stores them atomically (FC_STAT_SET), so a read sees an old or a
  * new value, never a torn one. */
+#include "jobs/webhook.h"
 #include "server/internal.h"
 #include "server/fleet.h"
 #include "server/listener.h"
@@ -235,6 +236,16 @@ void fc_metrics_render(fc_server *srv, GString *o, const char *owner) {
         (unsigned long long)ls.ws_too_large);
   }
 
+  if (srv->webhook) { /* notifications (notifyurl; jobs/webhook.h) */
+    counter(o, "facecast_webhook_failures_total",
+            "Webhook deliveries that ended without a 2xx answer: attempts used up, or a final "
+            "answer (4xx, a redirect).",
+            fc_webhook_failures(srv->webhook));
+    counter(o, "facecast_webhook_dropped_total",
+            "Webhook deliveries dropped unsent because the sender's queue was full.",
+            fc_webhook_dropped(srv->webhook));
+  }
+
   SESSION_FAMILY("facecast_session_ready_frames", "gauge", "Frames produced ahead, per session.",
                  "%d", ready);
   SESSION_FAMILY("facecast_session_frames_total", "counter", "Frames sent, per session.", "%llu",
@@ -287,6 +298,7 @@ void fc_metrics_render(fc_server *srv, GString *o, const char *owner) {
   g_free(rows);
   fc_metrics_process(o);
   fc_push_metrics(srv, o);
+  fc_videos_metrics(srv, o); /* bulk video jobs (src/jobs/videos.c) */
 
   if (!srv->sched) return;
   int nd = srv->n_devs;

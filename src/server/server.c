@@ -9,6 +9,7 @@
 #include "speech/voice.h"
 #include "server/keys.h"
 #include "server/listener.h"
+#include "jobs/webhook.h"
 
 #include <errno.h>
 #include <glib-unix.h>
@@ -238,9 +239,11 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
     g_strfreev(dirs);
     if ((*err = bad)) goto fail;
   }
+  srv->webhook = fc_webhook_new(srv->p.webhook_secret); /* before the tables that use it */
   srv->soup = soup_server_new("server-header", "facecast", NULL);
   if (!(srv->fleet = fc_fleet_create(srv, err)) && *err) goto fail;
   fc_http_register(srv);
+  if (fc_videos_start(srv, err)) goto fail;
   fc_listener_params lp = {.host = srv->p.host,
                            .port = srv->p.port,
                            .tls_cert = srv->p.tls_cert,
@@ -256,6 +259,7 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
   if ((*err = fc_fleet_start(srv->fleet))) goto fail; /* registers the node with its port */
   if ((*err = fc_pacer_start(srv))) goto fail;
   if ((*err = fc_push_start(srv))) goto fail; /* sessions "0".. with --transport rtmp|rtcpush */
+  fc_videos_log_start(srv);
   if (srv->keys)
     g_message("API keys: %d from %s; control routes need 'Authorization: Bearer KEY'",
               fc_keys_count(srv->keys), srv->p.api_keys);
@@ -321,6 +325,8 @@ void fc_server_destroy(fc_server *srv) {
   if (srv->workers) g_thread_pool_free(srv->workers, FALSE, TRUE);
   fc_avatar_tasks_free(srv);
   fc_render_tasks_free(srv);
+  fc_videos_free(srv); /* its render slots stop at their next lip-sync request */
+  fc_webhook_free(srv->webhook); /* after the tables and the videos: their last notices (3 s at most) */
   /* Replies the workers posted at the end are dropped with their sources. */
   while (g_main_context_iteration(srv->ctx, FALSE)) {
   }

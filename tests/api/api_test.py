@@ -227,6 +227,17 @@ def grey_png(w=64, h=48):
             chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
 
 
+def wait_for(pred, timeout=20, every=0.05):
+    """pred()'s first truthy value within timeout seconds, else None."""
+    end = time.time() + timeout
+    while time.time() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(every)
+    return None
+
+
 def wait_task(c, tid, timeout=120):
     deadline = time.time() + timeout
     seen = set()

@@ -89,13 +89,7 @@ class Events:
         return [d for n, d, _ in self.items if n == "chat" and d.get("turn") == turn]
 
     def wait(self, pred, timeout=15):
-        end = time.time() + timeout
-        while time.time() < end:
-            got = pred()
-            if got:
-                return got
-            time.sleep(0.02)
-        return None
+        return api_test.wait_for(pred, timeout, 0.02)
 
     def turn_end(self, turn, timeout=15):
         return self.wait(lambda: [d for d in self.chat(turn) if d["status"] in ("done", "error", "cancelled")], timeout)

@@ -113,7 +113,7 @@ class Notified(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         n = int(self.headers.get("Content-Length", "0"))
         body = self.rfile.read(n)
-        Notified.got.append((self.headers.get("Content-Type"), json.loads(body)))
+        Notified.got.append((self.headers.get("Content-Type"), json.loads(body), dict(self.headers)))
         self.send_response(200)
         self.send_header("Content-Length", "0")
         self.end_headers()
@@ -122,14 +122,7 @@ class Notified(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def wait(pred, timeout=20):
-    end = time.time() + timeout
-    while time.time() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    return None
+wait = api_test.wait_for
 
 
 def bad_settings(tmp):
@@ -281,6 +274,17 @@ def main():
         states = [g[1]["status"] for g in Notified.got[n0:]]
         check(got and states == ["pending", "running", "completed"] and Notified.got[-1][0] == "application/json" and
               Notified.got[-1][1]["task_id"] == tid, f"notifyurl gets the task at each status ({states})")
+        hs = [g[2] for g in Notified.got[n0:]]
+        check([h.get("X-Facecast-Event") for h in hs] == ["task.pending", "task.running", "task.completed"] and
+              all(h.get("X-Facecast-Delivery") and h.get("X-Facecast-Timestamp") for h in hs) and
+              len({h.get("X-Facecast-Delivery") for h in hs}) == 3 and
+              not any("X-Facecast-Signature" in h for h in hs),
+              "the posts say their event, delivery id and time; without a secret they are unsigned")
+        ok200 = lambda: [a for a in api_test.wait_task(c, tid)[1]["data"].get("notify_attempts", [])
+                         if a.get("status") == 200]
+        at = wait(lambda: len(ok200()) >= 3, 5) and ok200()
+        check(len(at) == 3 and [a["event"] for a in at] == ["task.pending", "task.running", "task.completed"],
+              f"the task's notify_attempts: one 200 per status ({at})")
         body, ctype = multipart({"model": (None, b"sadtalker"), "avatar_id": (None, b"x"), "video_file": ("a.png", png)})
         st, js, _, _ = c.req("POST", "/api/avatar/task", body, ctype=ctype)
         check(is_error(st, js, 400) and "model" in js["msg"], "an unknown model: 400")

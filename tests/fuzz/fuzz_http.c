@@ -15,6 +15,7 @@ static const struct {
     {"POST", "/record", "application/json"},        {"POST", "/offer", "application/json"},
     {"POST", "/api/render", "application/json"},    {"POST", "/api/avatar/task", "application/json"},
     {"POST", "/whep", "application/sdp"},           {"POST", "/human", "text/plain"},
+    {"POST", "/v1/videos", "application/json"},
 };
 #define NROUTES (sizeof routes / sizeof *routes)
 

@@ -1,5 +1,5 @@
 /* libFuzzer: multipart/form-data uploads (/humanaudio's WAV, /api/avatar/task's video or
- * photo) through a real server in this process (harness.h). The first byte picks the route
+ * photo, /v1/videos' audio, background image and fields) through a real server in this process (harness.h). The first byte picks the route
  * and the boundary's length, the rest is the body ("SID" becomes a live session's id). */
 #include "fuzz.h"
 #include "harness.h"
@@ -14,7 +14,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
-  const char *path = data[0] & 1 ? "/api/avatar/task" : "/humanaudio";
+  const char *path = data[0] & 4 ? "/v1/videos" : data[0] & 1 ? "/api/avatar/task" : "/humanaudio";
   const char *ctype = data[0] & 2 ? "multipart/form-data; boundary=XyZ"
                                   : "multipart/form-data; boundary=\"----fcFuzzBoundary\"";
   uint8_t *body;

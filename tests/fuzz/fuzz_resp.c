@@ -3,9 +3,11 @@
  * first piece must ask for more while it is a beginning of the whole's reply, parse to the same
  * tree when it holds it, and stay refused once refused (errors never depend on bytes after
  * them). Every tree is walked (types, lengths, NUL-terminated strings, node counts within the
- * limits); a refusal must be FC_EFORMAT with a detail. */
+ * limits); a refusal must be FC_EFORMAT with a detail. Every tree is also read as the video
+ * job store on Redis reads its answers (a job's hash, a stream entry: jobs/vstore_redis.c). */
 #include "core/resp.h"
 #include "fuzz.h"
+#include "jobs/vstore_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -54,6 +56,23 @@ static int same(const fc_resp *a, const fc_resp *b) {
   return 1;
 }
 
+/* Every node of a tree read as the video job store reads Redis' answers (jobs/vstore_redis.c):
+ * a job's hash, a stream entry. Either reads it or says it cannot; what it reads is sane. */
+static void store_reads(const fc_resp *r) {
+  fc_vjob j;
+  int err = fc_vstore_redis_read_job(r, &j);
+  if (err == 0 && (!j.id[0] || !memchr(j.id, 0, sizeof j.id))) __builtin_trap();
+  if (err && err != FC_ENOTFOUND && err != FC_EFORMAT) __builtin_trap();
+  if (j.status < FC_VJOB_PENDING || j.status > FC_VJOB_CANCELED) __builtin_trap();
+  fc_vjob_clear(&j);
+  fc_vwork w;
+  err = fc_vstore_redis_read_entry(r, &w);
+  if (err != 0 && err != 1) __builtin_trap();
+  if (err == 0 && (w.shard < -1 || !fc_vjob_id_valid(w.job) || !memchr(w.entry, 0, sizeof w.entry)))
+    __builtin_trap();
+  for (size_t i = 0; i < r->n; i++) store_reads(&r->elem[i]);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!size) return 0;
   size_t cut = data[0] % size;
@@ -69,6 +88,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fc_fuzz_refusal(err);
   } else {
     if (!whole || used == 0 || used > size || walk(whole, 0) > lim.max_elements) __builtin_trap();
+    store_reads(whole);
   }
   /* the first piece alone, as the client sees it before the rest arrives */
   int perr = fc_resp_parse(data, cut, &lim, &part, &pused);

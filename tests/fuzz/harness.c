@@ -254,6 +254,8 @@ void fc_fuzz_server_start(void) {
   p.quiet = 1;
   p.max_sessions = 8;
   p.media_dirs = media_dir;
+  p.render_slots = -1;        /* /v1/videos: jobs are stored, not rendered */
+  p.rate_limit_per_min = -1;  /* every input is answered on its merits, not 429 */
   int err;
   if (!(srv = fc_server_create(&p, &err))) {
     fprintf(stderr, "fuzz: server did not start\n");
