@@ -27,6 +27,9 @@
 #          32,64,128,192) at 512×512 for SECONDS_EACH s each; serve256_<SIZE>_<PRESET>.{json,md,
 #          svg} and the checkpoint maker's log under $OUT. DEV, EXTRA and TAG as for run.
 #          Fits one 10-minute call: the make is given 200 s, the bench 330 s.
+#          `[JOBS=32] [SECONDS_EACH=60] [SLOTS="16 32"] bash build-serve-dev/serve-device.sh bulk`:
+#          `facecast bench bulk` with Wav2Lip on the GPU (tools/make_bench_wav2lip.py's
+#          checkpoint), JOBS videos of SECONDS_EACH s on each slot count; JSON under $OUT.
 #          `[FREES="6000 2500 1200 600"] [LATE_FREES="64"] [SESSIONS=192] bash
 #          build-serve-dev/serve-device.sh oom`: the GPU made to run out of memory for real: for
 #          each FREE (MiB), a PyTorch process takes all of the card's memory but FREE, before
@@ -65,7 +68,10 @@ pack)
     make -C build-cuda -j"$(nproc)" facecast test_wav2lip test_w2l_composite >/dev/null || exit 1
   B=build-serve-dev/b
   rm -rf "$B"
-  bash ../shared/bench/bundle-for-accelerator.sh build-cuda/facecast "$B" >/dev/null || exit 1
+  # the bundle script's plugin set, and the AAC encoder and parser of bulk videos' join
+  PLUGINS="coreelements app videoconvertscale videorate audioconvert audioresample audiorate x264
+    isomp4 opus rtp videoparsersbad flv rtmp2 videotestsrc audiotestsrc audioparsers voaacenc" \
+    bash ../shared/bench/bundle-for-accelerator.sh build-cuda/facecast "$B" >/dev/null || exit 1
   cp build-cuda/test_wav2lip build-cuda/test_w2l_composite "$B/"
   for l in $(ldd build-cuda/test_wav2lip | awk '/=> \//{print $3}' | grep -E "dnnl|OpenCL|gomp"); do cp -L "$l" "$B/lib/"; done
   pwd >"$B/SRCDIR" # the test programs' compiled-in data paths point below it
@@ -170,5 +176,19 @@ serve256)
   rc=${PIPESTATUS[0]}
   date -u
   exit $rc ;;
-*) echo "usage: $0 pack|test|run|serve256|oom" >&2; exit 2 ;;
+bulk)
+  unpack || exit 1; env_up; OUT=${OUT:-/tmp}
+  date -u; grep -m1 "model name" /proc/cpuinfo; nproc; nvidia-smi -L
+  CK=/tmp/bench-$(sha256sum <tools/make_bench_wav2lip.py | cut -c1-12).pth
+  [ -s $CK ] || timeout 100 python3 tools/make_bench_wav2lip.py $CK 2>&1 | tail -2
+  F=$X/facecast AV=$X/share/astronaut.png
+  # JOBS jobs of SECONDS_EACH s on each SLOTS count (default 16 and 32), Wav2Lip on the GPU
+  for K in ${SLOTS:-16 32}; do
+    timeout ${LIMIT:-240} $F bench bulk --model wav2lip --checkpoint $CK --device ${DEV:-cuda} --avatar $AV \
+      --jobs ${JOBS:-32} --seconds ${SECONDS_EACH:-60} --slots $K ${EXTRA:-} --json \
+      >"$OUT/bulk_${TAG:-w2l}_$K.json" 2>"$OUT/bulk_${TAG:-w2l}_$K.err"
+    echo "slots $K: exit $? $(cat "$OUT/bulk_${TAG:-w2l}_$K.json")"; tail -3 "$OUT/bulk_${TAG:-w2l}_$K.err"
+  done
+  date -u ;;
+*) echo "usage: $0 pack|test|run|serve256|oom|bulk" >&2; exit 2 ;;
 esac

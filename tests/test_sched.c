@@ -936,6 +936,36 @@ static void test_lipsync_pool(void) {
   for (int i = 0; i < POOL_CLIENTS; i++) fc_lipsync_client_remove(pc[i].c);
   fc_lipsync_client_remove(NULL);
   fc_lipsync_pool_destroy(pool);
+
+  /* More bulk clients than the bulk half of a device's places (the scheduler keeps the other
+   * half for live frames): BULK_CLIENTS × POOL_FRAMES frames in flight against 128 places
+   * on one slow device (batches of 1). A bulk call waits for room; none fails, every patch
+   * is still the backend's own (a render's slots on a busy GPU found the bulk half full). */
+  enum { BULK_CLIENTS = 24 };
+  fc_lipsync_pool_params one = {.backends = ls, .n_backends = 1, .max_batch = 1, .gather_ms = -1};
+  FC_REQUIRE((pool = fc_lipsync_pool_create(&one, &err)));
+  pool_client bc[BULK_CLIENTS];
+  pthread_t bth[BULK_CLIENTS];
+  for (int i = 0; i < BULK_CLIENTS; i++) {
+    bc[i] = (pool_client){.av = av, .cap = cap, .want = want, .want_place = place};
+    fc_lipsync_client_params cp = {.cls = FC_SCHED_BULK};
+    FC_REQUIRE((bc[i].c = fc_lipsync_client_add(pool, &cp, &err)));
+  }
+  for (int i = 0; i < BULK_CLIENTS; i++) pthread_create(&bth[i], NULL, pool_client_main, &bc[i]);
+  for (int i = 0; i < BULK_CLIENTS; i++) pthread_join(bth[i], NULL);
+  fc_sched_stats bst;
+  FC_REQUIRE(fc_sched_stats_get(fc_lipsync_pool_sched(pool), 0, &bst) == 0);
+  int failed_calls = 0, bad_patches = 0;
+  for (int i = 0; i < BULK_CLIENTS; i++) {
+    failed_calls += bc[i].err != 0;
+    bad_patches += bc[i].mismatches;
+    fc_lipsync_client_remove(bc[i].c);
+  }
+  FC_CHECK_INT(failed_calls, ==, 0);
+  FC_CHECK_INT(bad_patches, ==, 0);
+  fprintf(stderr, "  bulk: %d clients, %llu submissions refused for room and retried\n",
+          BULK_CLIENTS, (unsigned long long)bst.rejected);
+  fc_lipsync_pool_destroy(pool);
   fc_lipsync_destroy(ls[0]);
   fc_lipsync_destroy(ls[1]);
   fc_avatar_destroy(av);

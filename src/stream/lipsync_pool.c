@@ -5,6 +5,7 @@
 #include "facecast/error.h"
 
 #include <pthread.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -37,9 +38,17 @@ struct fc_lipsync_client {
   pthread_mutex_t lock; /* left, err, detail: the device threads complete frames under it */
   pthread_cond_t cond;
   int left, err;
+  int bulk; /* FC_SCHED_BULK: waits for room in the scheduler rather than failing (below) */
   char detail[200];
   work w[FC_LIPSYNC_POOL_MAX_CALL];
 };
+
+/* How long a bulk client waits for room at most before its call fails. The scheduler keeps
+ * half of a device's places for live frames, so many bulk clients at once (a machine's render
+ * slots) can find the bulk half full; their work is not urgent, so they wait for their own
+ * frames in flight, else a few milliseconds, and try again. */
+#define BULK_WAIT_MS 60000
+#define BULK_RETRY_MS 2
 
 /* The scheduler's run: a batch of frames from any clients, as one backend call. */
 static int device_run(void *user, fc_sched_req *const *reqs, int n) {
@@ -142,6 +151,7 @@ fc_lipsync_client *fc_lipsync_client_add(fc_lipsync_pool *pool, const fc_lipsync
   c->pool = pool;
   c->first_due = p->first_due;
   c->user = p->user;
+  c->bulk = p->cls == FC_SCHED_BULK;
   pthread_mutex_init(&c->lock, NULL);
   pthread_cond_init(&c->cond, NULL);
   fc_sched_client_params cp = {.cls = p->cls, .done = frame_done, .user = c};
@@ -177,9 +187,25 @@ int fc_lipsync_client_run(fc_lipsync_client *c, const fc_lipsync_req *reqs, fc_p
   int err = 0;
   /* Submitted under the lock: a frame done at once waits for it, so `left` never goes below
    * zero while frames are still being handed out. */
-  for (int i = 0; i < n && !err; i++) {
+  int waited_ms = 0;
+  for (int i = 0; i < n && !err;) {
     c->w[i] = (work){&reqs[i], &out[i]};
-    if (!(err = fc_sched_submit(c->sc, due + i * FRAME_NS, &c->w[i]))) c->left++;
+    if (!(err = fc_sched_submit(c->sc, due + i * FRAME_NS, &c->w[i]))) {
+      c->left++, i++;
+      continue;
+    }
+    if (err != FC_EAGAIN || !c->bulk || waited_ms >= BULK_WAIT_MS) break;
+    err = 0; /* a bulk client waits for room */
+    if (c->left > 0) {
+      while (c->left > 0) pthread_cond_wait(&c->cond, &c->lock);
+    } else {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts); /* the condition's clock */
+      ts.tv_nsec += BULK_RETRY_MS * 1000000L;
+      if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+      pthread_cond_timedwait(&c->cond, &c->lock, &ts);
+      waited_ms += BULK_RETRY_MS;
+    }
   }
   while (c->left > 0) pthread_cond_wait(&c->cond, &c->lock);
   if (!err && c->err) err = fc_error_set(c->err, "%s", c->detail);
