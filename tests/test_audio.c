@@ -126,6 +126,15 @@ static void test_malformed(void) {
   fc_audio_free(&a);
 }
 
+/* A caller adding context to the detail it was given ("audio: %s" of fc_error_detail) gets
+ * both, not a garbled copy of the buffer onto itself. */
+static void test_error_context(void) {
+  fc_error_set(FC_EFORMAT, "not audio GStreamer decodes here (WAV, MP3)");
+  FC_CHECK_INT(fc_error_set(FC_EFORMAT, "audio: %s", fc_error_detail(FC_EFORMAT)), ==, FC_EFORMAT);
+  FC_CHECK(strcmp(fc_error_detail(FC_EFORMAT), "audio: not audio GStreamer decodes here (WAV, MP3)") == 0);
+  fc_error_clear();
+}
+
 static void test_streamed_size(void) {
   size_t n = make_wav(buf, 1, 1, 16000, 16, 800, 0);
   memset(buf + n - 1600 - 4, 0xFF, 4); /* data size 0xFFFFFFFF: runs to the end */
@@ -216,6 +225,7 @@ static void test_resample_long(void) {
 int main(void) {
   FC_RUN(test_variants);
   FC_RUN(test_malformed);
+  FC_RUN(test_error_context);
   FC_RUN(test_streamed_size);
   FC_RUN(test_file_roundtrip);
   FC_RUN(test_resample);

@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static _Thread_local char detail[512];
 static _Thread_local int detail_set;
@@ -30,10 +31,14 @@ const char *fc_strerror(int err) {
 }
 
 int fc_error_set(int err, const char *fmt, ...) {
+  /* Formatted aside first: an argument may be the current detail itself (a caller adding
+   * context, "audio: %s" of fc_error_detail), which vsnprintf into the same buffer garbles. */
+  char buf[sizeof detail];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(detail, sizeof detail, fmt, ap);
+  vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
+  memcpy(detail, buf, sizeof detail);
   detail_set = 1;
   return err;
 }

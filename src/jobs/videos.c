@@ -25,10 +25,12 @@
 #include "jobs/vrun.h"
 #include "jobs/vstore.h"
 #include "server/internal.h"
+#include "speech/voice.h"
 
 #include <glib/gstdio.h>
 #include <sys/stat.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define EXPIRE_EVERY_S 10 /* the retention sweep */
@@ -510,6 +512,49 @@ static fc_avatar *env_avatar_get(void *user, const char *id, int *err) {
 
 static void env_avatar_put(void *user, fc_avatar *a) { fc_server_avatar_put(user, a); }
 
+/* A provider voice ("provider:voice") speaks through the server's TTS service (serve --tts,
+ * with its URL and key): the job's sentence in one call, its audio gathered (16 kHz mono from
+ * the voice module) and handed to the shard whole, as its length is the sentence's caption
+ * time. Another provider than the server's is refused: each needs its address and key. */
+typedef struct pcm_buf {
+  float *pcm;
+  size_t n, cap;
+} pcm_buf;
+
+static int gather_pcm(void *user, const float *pcm, size_t n) {
+  pcm_buf *b = user;
+  if (b->n + n > b->cap) {
+    size_t cap = MAX(b->cap * 2, b->n + n + FC_SAMPLE_RATE);
+    float *p = realloc(b->pcm, cap * sizeof *p);
+    if (!p) return 1; /* stops the call: FC_ECANCELED, reported as out of memory below */
+    b->pcm = p, b->cap = cap;
+  }
+  memcpy(b->pcm + b->n, pcm, n * sizeof *pcm);
+  b->n += n;
+  return 0;
+}
+
+static int env_speak(void *user, const char *provider, const char *voice, const char *text,
+                     fc_speech *out) {
+  fc_server *srv = user;
+  fc_voice *tts = srv->voice;
+  if (!tts || g_ascii_strcasecmp(provider, fc_voice_name(tts)))
+    return fc_error_set(FC_EUNSUPPORTED, "voice: provider '%s' is not this server's (%s%s)",
+                        provider, tts ? "serve --tts " : "espeak voices only: no --tts",
+                        tts ? fc_voice_name(tts) : "");
+  fc_voice_req r = {.text = text, .voice = voice && *voice ? voice : NULL};
+  pcm_buf b = {0};
+  int err = fc_voice_speak(tts, &r, NULL, gather_pcm, &b);
+  if (err == FC_ECANCELED) err = fc_error_set(FC_ENOMEM, "voice: out of memory for the audio");
+  else if (!err && !b.n) err = fc_error_set(FC_EREMOTE, "voice: %s answered no audio", provider);
+  if (err) {
+    free(b.pcm);
+    return err;
+  }
+  *out = (fc_speech){.audio = {.samples = b.pcm, .n = b.n, .rate = FC_SAMPLE_RATE}};
+  return FC_OK;
+}
+
 int fc_videos_start(fc_server *srv, int *err) {
   const fc_server_params *p = &srv->p;
   fc_videos *v = g_new0(fc_videos, 1);
@@ -552,7 +597,7 @@ int fc_videos_start(fc_server *srv, int *err) {
     fc_vrun_params rp = {.store = v->store, .slots = slots, .shared_dir = v->shared,
                          .webhook = srv->webhook, .webhook_secret = p->webhook_secret,
                          .env = {.pool = srv->pool, .avatar_get = env_avatar_get,
-                                 .avatar_put = env_avatar_put, .user = srv,
+                                 .avatar_put = env_avatar_put, .speak = env_speak, .user = srv,
                                  .encoder_threads = cores > slots ? cores / slots : 1}};
     if (!(v->run = fc_vrun_create(&rp, err))) return *err;
   }

@@ -461,6 +461,36 @@ def rate_limit():
         check(A.stop(proc) == 0, "the limited server stops cleanly")
 
 
+def provider_voice():
+    """13. A provider's voice ("openai:alloy") through the server's TTS service (--tts, a fake
+    speaking OpenAI's protocol): one request per sentence with that voice, the job completes
+    with the fake's audio (0.06 s per character); another provider is refused in the job."""
+    from fake_tts import FakeTTS
+    fake = FakeTTS()
+    proc, port = A.start_server("--tts", "openai", "--tts-url", fake.url + "/v1/", *HIGH)
+    c = A.Client(port)
+    try:
+        text = "Hello from a real voice. This is the second sentence."
+        st, js, _, _ = c.post("/v1/videos", {"script": text, "voice": "openai:alloy"})
+        job = wait_job(c, js["data"]["id"]) if st in (200, 201) else None
+        reqs = [r for r in fake.requests if r["path"] == "/v1/audio/speech"]
+        check(job is not None and job["status"] == "completed",
+              f"provider voice: the job completes ({st} {job and job.get('error')})")
+        check(len(reqs) == 2 and all(r["body"].get("voice") == "alloy" for r in reqs),
+              f"provider voice: one request per sentence with voice alloy "
+              f"({[r['body'].get('voice') for r in reqs]})")
+        want = len(text) * 0.06
+        secs = (job or {}).get("seconds", 0)
+        check(abs(secs - want) < 1.0, f"provider voice: the video is the service's audio ({secs} s, ~{want:.1f})")
+        st, js, _, _ = c.post("/v1/videos", {"script": "Not spoken here.", "voice": "edge:en-US-AriaNeural"})
+        job = wait_job(c, js["data"]["id"]) if st in (200, 201) else None
+        check(job is not None and job["status"] == "failed" and "edge" in (job.get("error") or ""),
+              f"provider voice: another provider fails the job, naming it ({job and job.get('error')})")
+    finally:
+        check(A.stop(proc) == 0, "the TTS server stops cleanly")
+        fake.close()
+
+
 def main():
     hook_srv, hook_port = fakehttp.serve(Receiver)
     tmp = tempfile.mkdtemp(prefix="fc_videos_")
@@ -486,6 +516,7 @@ def main():
         hook_srv.shutdown()
     keys_and_retention(hook_port)
     rate_limit()
+    provider_voice()
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.rmtree(A.DATA_DIR, ignore_errors=True)
     if A.FAILS:
