@@ -201,6 +201,10 @@ static void put_store(fc_videos *v, fc_vstore *st) {
   g_mutex_unlock(&v->lock);
 }
 
+/* A store's error as an HTTP status: the store unreachable (Redis down or restarting) is 503,
+ * try again, as POST answers it too; the rest as everywhere (fc_http_status_of). */
+static int store_status(int err) { return err == FC_EIO ? 503 : fc_http_status_of(err); }
+
 /* The job id names, if the request may see it (its key's, or any without keys). */
 static int visible_job(vreq *q, fc_vstore *st, fc_vjob *j) {
   int err = fc_vstore_get(st, q->id, j);
@@ -209,7 +213,7 @@ static int visible_job(vreq *q, fc_vstore *st, fc_vjob *j) {
     err = FC_ENOTFOUND;
   }
   if (err == FC_ENOTFOUND) answer_err(q, 404, "no video %s", q->id);
-  else if (err) answer_err(q, fc_http_status_of(err), "%s", fc_error_detail(err));
+  else if (err) answer_err(q, store_status(err), "%s", fc_error_detail(err));
   return err;
 }
 
@@ -228,7 +232,7 @@ static void op_list(vreq *q, fc_vstore *st) {
   int err = fc_vstore_list(st, q->v->srv->keys ? q->owner : NULL, q->after[0] ? q->after : NULL,
                            jobs, &n, &more);
   if (err == FC_ENOTFOUND) answer_err(q, 400, "after: no video %s to list after", q->after);
-  else if (err) answer_err(q, fc_http_status_of(err), "%s", fc_error_detail(err));
+  else if (err) answer_err(q, store_status(err), "%s", fc_error_detail(err));
   else {
     GString *o = g_string_new("{\"videos\":[");
     for (int i = 0; i < n; i++) {
@@ -250,7 +254,7 @@ static void op_delete(vreq *q, fc_vstore *st) {
   int finished = j.status != FC_VJOB_PENDING && j.status != FC_VJOB_PROCESSING;
   int err = fc_vstore_delete(st, q->id);
   if (err) {
-    answer_err(q, fc_http_status_of(err), "%s", fc_error_detail(err));
+    answer_err(q, store_status(err), "%s", fc_error_detail(err));
   } else if (finished) {
     fc_vrun_remove_job_files(q->v->shared, q->id);
     answer_data(q, 200, g_strdup_printf("{\"id\":\"%s\",\"deleted\":true}", q->id));
