@@ -126,7 +126,7 @@ static void callback(fc_vrun *r, const fc_video_spec *spec, const fc_vjob *j) {
   h->since_us = g_get_monotonic_time();
   char event[32];
   snprintf(event, sizeof event, "video.%s", fc_vjob_status_name(j->status));
-  fc_webhook_send(r->webhook, spec->callback_url, event, o->str, h->log);
+  fc_webhook_send_rid(r->webhook, spec->callback_url, event, o->str, h->log, j->request_id);
   g_mutex_lock(&r->keeper_lock);
   g_ptr_array_add(r->hooks, h);
   g_mutex_unlock(&r->keeper_lock);

@@ -150,6 +150,7 @@ void fc_webhook_log_json(fc_webhook_log *l, GString *o) {
 
 typedef struct delivery {
   char *url, *event, *json;
+  char *request_id; /* NULL or the X-Request-ID header's value */
   char id[40];
   fc_webhook_log *log;
   int attempts; /* made so far */
@@ -174,6 +175,7 @@ static void delivery_free(delivery *d) {
   g_free(d->url);
   g_free(d->event);
   g_free(d->json);
+  g_free(d->request_id);
   fc_webhook_log_unref(d->log);
   g_free(d);
 }
@@ -200,6 +202,7 @@ static gint64 attempt_once(fc_webhook *w, SoupSession *s, delivery *d) {
   soup_message_headers_replace(h, "X-Facecast-Event", d->event);
   soup_message_headers_replace(h, "X-Facecast-Delivery", d->id);
   soup_message_headers_replace(h, "X-Facecast-Timestamp", tsbuf);
+  if (d->request_id) soup_message_headers_replace(h, "X-Request-ID", d->request_id);
   const size_t len = strlen(d->json);
   if (w->secret) {
     char *sig = fc_webhook_signature(w->secret, ts, d->json, len);
@@ -362,7 +365,13 @@ void fc_webhook_free(fc_webhook *w) {
 
 void fc_webhook_send(fc_webhook *w, const char *url, const char *event, const char *json,
                      fc_webhook_log *log) {
+  fc_webhook_send_rid(w, url, event, json, log, NULL);
+}
+
+void fc_webhook_send_rid(fc_webhook *w, const char *url, const char *event, const char *json,
+                         fc_webhook_log *log, const char *request_id) {
   delivery *d = g_new0(delivery, 1);
+  d->request_id = request_id && *request_id ? g_strdup(request_id) : NULL;
   d->url = g_strdup(url);
   d->event = g_strdup(event);
   d->json = g_strdup(json);

@@ -66,6 +66,10 @@ void fc_webhook_free(fc_webhook *w);
 /* Queues a POST of json to url (copied); its attempts go to log (may be NULL). Never blocks. */
 void fc_webhook_send(fc_webhook *w, const char *url, const char *event, const char *json,
                      fc_webhook_log *log);
+/* fc_webhook_send with the request id of what the delivery tells about (a bulk video's
+ * X-Request-ID), sent as the X-Request-ID header of every attempt; NULL: none. */
+void fc_webhook_send_rid(fc_webhook *w, const char *url, const char *event, const char *json,
+                         fc_webhook_log *log, const char *request_id);
 /* Deliveries dropped because the queue was full, since the start. */
 unsigned fc_webhook_dropped(fc_webhook *w);
 /* Deliveries that ended without a 2xx answer (attempts used up, or a final answer such as 400,

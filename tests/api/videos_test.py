@@ -120,6 +120,8 @@ def script_job(c, hook_port):
     check(hb.get("event") == "video.completed" and hb.get("id") == vid and
           hb.get("request_id") == "test.req:1" and h[0].get("X-Facecast-Event") == "video.completed",
           f"callback: video.completed with the request id ({hb})")
+    check(h[0].get("X-Request-ID") == "test.req:1",
+          f"callback: the request id as its X-Request-ID header too ({h[0].get('X-Request-ID')})")
     end = time.time() + 10
     attempts = []
     while time.time() < end:
