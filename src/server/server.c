@@ -133,7 +133,6 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
     g_free(srv);
     return NULL;
   }
-  sweep_leftovers(); /* after the checks: a refused start stays one line */
   if (srv->p.width <= 0) srv->p.width = 512, srv->p.height = 512;
   g_mutex_init(&srv->lock);
   g_mutex_init(&srv->asr_lock);
@@ -266,6 +265,9 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
   else
     g_message("no API keys (--api-keys FILE): anyone who reaches this port may open sessions; "
               "a session id is the only credential for acting on its session");
+  /* Once started: a refused start stays one line, whatever killed runs left behind (our own
+   * folders are locked by now, so only theirs go). */
+  sweep_leftovers();
   *err = FC_OK;
   return srv;
 fail:
