@@ -19,7 +19,7 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import api_test  # noqa: E402  (its helpers; BIN is argv[1] there too)
-from api_test import Client, check, is_error, multipart, offer_sdp, stop, wav_bytes  # noqa: E402
+from api_test import Client, check, free_port, is_error, multipart, offer_sdp, stop, wav_bytes  # noqa: E402
 
 BIN = sys.argv[1]
 
@@ -35,14 +35,6 @@ def redis_cmd(port, *args):
     reply = s.recv(65536)
     s.close()
     return reply
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def start_redis(tmp):
