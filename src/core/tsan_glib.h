@@ -56,6 +56,7 @@ typedef struct fc_tsan_pool_fn {
 } fc_tsan_pool_fn;
 static inline void fc_tsan_pool_run(gpointer data, gpointer user) {
   const fc_tsan_pool_fn *f = user;
+  __tsan_acquire((void *)f); /* written once when the pool was made */
   __tsan_acquire(data);
   f->fn(data, f->user);
   __tsan_release(&fc_tsan_pools_done);
@@ -64,6 +65,7 @@ static inline GThreadPool *fc_tsan_pool_new(GFunc fn, gpointer user, gint max, g
                                             GError **e) {
   fc_tsan_pool_fn *f = malloc(sizeof *f); /* lives as long as the process: pools do too */
   f->fn = fn, f->user = user;
+  __tsan_release(f);
   return (g_thread_pool_new)(fc_tsan_pool_run, f, max, excl, e);
 }
 static inline gboolean fc_tsan_pool_push(GThreadPool *p, gpointer data, GError **e) {
@@ -78,8 +80,9 @@ static inline void fc_tsan_pool_free(GThreadPool *p, gboolean immediate, gboolea
 #define g_thread_pool_free(p, immediate, wait) fc_tsan_pool_free(p, immediate, wait)
 #define g_thread_pool_push(p, data, e) fc_tsan_pool_push(p, data, e)
 
-/* A callback attached to a main context from another thread: what it is given is released at
- * the attach and acquired when it runs. */
+/* A callback attached to a main context from another thread: what it is given, and the wrapper
+ * that carries it (filled in on the attaching thread, read on the context's), are released at
+ * the attach and acquired when it runs or is freed. */
 typedef struct fc_tsan_source_fn {
   GSourceFunc fn;
   gpointer data;
@@ -87,11 +90,13 @@ typedef struct fc_tsan_source_fn {
 } fc_tsan_source_fn;
 static inline gboolean fc_tsan_source_run(gpointer user) {
   fc_tsan_source_fn *f = user;
+  __tsan_acquire(f);
   __tsan_acquire(f->data);
   return f->fn(f->data);
 }
 static inline void fc_tsan_source_free(gpointer user) {
   fc_tsan_source_fn *f = user;
+  __tsan_acquire(f);
   if (f->destroy) f->destroy(f->data);
   free(f);
 }
@@ -100,6 +105,7 @@ static inline void fc_tsan_set_callback(GSource *src, GSourceFunc fn, gpointer d
   fc_tsan_source_fn *f = malloc(sizeof *f);
   f->fn = fn, f->data = data, f->destroy = destroy;
   __tsan_release(data);
+  __tsan_release(f);
   (g_source_set_callback)(src, fc_tsan_source_run, f, fc_tsan_source_free);
 }
 #define g_source_set_callback(src, fn, data, destroy) fc_tsan_set_callback(src, fn, data, destroy)
