@@ -30,6 +30,9 @@
 #          `[JOBS=32] [SECONDS_EACH=60] [SLOTS="16 32"] bash build-serve-dev/serve-device.sh bulk`:
 #          `facecast bench bulk` with Wav2Lip on the GPU (tools/make_bench_wav2lip.py's
 #          checkpoint), JOBS videos of SECONDS_EACH s on each slot count; JSON under $OUT.
+#          `bash build-serve-dev/serve-device.sh startup`: the GPU tests twice (an empty cuDNN
+#          algorithm cache, then the one it filled) and `facecast bench startup` on the CPU
+#          default and with Wav2Lip on the GPU, plus the server's own start-up line; under $OUT.
 #          `[FREES="6000 2500 1200 600"] [LATE_FREES="64"] [SESSIONS=192] bash
 #          build-serve-dev/serve-device.sh oom`: the GPU made to run out of memory for real: for
 #          each FREE (MiB), a PyTorch process takes all of the card's memory but FREE, before
@@ -190,5 +193,38 @@ bulk)
     echo "slots $K: exit $? $(cat "$OUT/bulk_${TAG:-w2l}_$K.json")"; tail -3 "$OUT/bulk_${TAG:-w2l}_$K.err"
   done
   date -u ;;
-*) echo "usage: $0 pack|test|run|serve256|oom|bulk" >&2; exit 2 ;;
+startup)
+  # `facecast bench startup`: the server's cold starts, CPU default and Wav2Lip on the GPU
+  # (tools/make_bench_wav2lip.py's checkpoint), the GPU tests run twice before it (an empty
+  # cuDNN algorithm cache, then the cache the first run filled: both must pass); under $OUT.
+  unpack || exit 1; env_up; OUT=${OUT:-/tmp}
+  date -u; nvidia-smi -L
+  CK=/tmp/bench-$(sha256sum <tools/make_bench_wav2lip.py | cut -c1-12).pth
+  [ -s $CK ] || timeout 100 python3 tools/make_bench_wav2lip.py $CK 2>&1 | tail -2
+  rm -rf /tmp/algos
+  for pass in search cached; do
+    (cd $X && FACECAST_CACHE_DIR=/tmp/algos timeout ${TEST_S:-150} ./test_wav2lip >"$OUT/test_wav2lip_$pass.log" 2>&1)
+    echo "test_wav2lip ($pass): exit $? $(grep -c '^ok' "$OUT/test_wav2lip_$pass.log") ok, $(grep -c '^FAIL' "$OUT/test_wav2lip_$pass.log") FAIL"
+  done
+  ls -la /tmp/algos; head -3 /tmp/algos/*.algos; wc -l /tmp/algos/*.algos
+  AV=$X/share/astronaut.png
+  timeout 60 $X/facecast bench startup --runs 3 --avatar $AV >"$OUT/startup_cpu.txt" 2>&1
+  cat "$OUT/startup_cpu.txt"
+  timeout 240 $X/facecast bench startup --runs 3 --avatar $AV --model wav2lip --checkpoint $CK \
+    --device ${DEV:-cuda} >"$OUT/startup_cuda.txt" 2>&1
+  cat "$OUT/startup_cuda.txt"
+  # where a start goes: the server's own line, with an empty cache and then with it
+  rm -rf /tmp/algos-fresh
+  for pass in empty filled; do
+    FACECAST_CACHE_DIR=/tmp/algos-fresh timeout 60 $X/facecast serve --port 18555 --avatar $AV \
+      --model wav2lip --checkpoint $CK --device ${DEV:-cuda} >"$OUT/serve_$pass.log" 2>&1 &
+    SP=$!
+    python3 -c "
+import time, urllib.request
+for i in range(600):
+    try: urllib.request.urlopen('http://127.0.0.1:18555/healthz', timeout=1); break
+    except Exception: time.sleep(0.1)"
+    echo "$pass: $(grep 'ready in' "$OUT/serve_$pass.log")"; kill $SP; wait $SP 2>/dev/null
+  done ;;
+*) echo "usage: $0 pack|test|run|serve256|oom|bulk|startup" >&2; exit 2 ;;
 esac

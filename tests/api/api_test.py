@@ -389,6 +389,39 @@ def renders(c):
     check(is_error(st, js, 404), "deleted render: 404")
 
 
+def test_bench_startup():
+    """bench startup on the CPU: cold starts of the real server, timed; a failing start is reported with its log."""
+    for args in (["--runs", "0"], ["--port", "1"], ["--timeout", "x"], ["--text", 'a"b']):
+        r = subprocess.run([BIN, "bench", "startup"] + args, capture_output=True, text=True, timeout=30)
+        check(r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith("facecast: error:"),
+              f"bench startup {args[0]} bad: one line, exit 2 ({r.returncode}: {r.stderr[:80]!r})")
+    r = subprocess.run([BIN, "bench", "startup", "--runs", "2", "--json", "--max-sessions", "3"],
+                       capture_output=True, text=True, timeout=120)
+    check(r.returncode == 0, f"bench startup exit {r.returncode}: {r.stderr.strip()[-300:]}")
+    try:
+        js = json.loads(r.stdout)
+    except ValueError:
+        check(False, f"bench startup --json: {r.stdout[:200]!r}")
+        return
+    check(js.get("runs") == 2 and len(js.get("each", [])) == 2 and js.get("serve_args") == ["--max-sessions", "3"],
+          f"bench startup: two runs and the serve options: {js}")
+    for run in [js["empty_cache"], js["median"]] + js["each"]:
+        check(0 < run["ready_ms"] < run["first_frame_from_start_ms"] and run["first_frame_ms"] > 0
+              and run["first_speaking_frame_ms"] > 0 and run["rss_peak_mib"] > 1,
+              f"bench startup: ready, first frame and speaking measured in order: {run}")
+        check(abs(run["first_frame_from_start_ms"] - run["ready_ms"] - run["first_frame_ms"]) < 50,
+              f"bench startup: the session asked for right after ready: {run}")
+    # a start that fails: the server's own error shown, exit 1
+    r = subprocess.run([BIN, "bench", "startup", "--runs", "1", "--model", "wav2lip", "--checkpoint", "/nonexistent.pth"],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 1 and "before it was ready" in r.stderr and "nonexistent.pth" in r.stderr,
+          f"bench startup of a server that cannot start: {r.returncode} {r.stderr[-300:]!r}")
+    kept = re.search(r"log \((/[^)]*)/serve\.log\)", r.stderr)
+    check(kept is not None and os.path.isdir(kept.group(1)), "bench startup: the failed run's folder is kept")
+    if kept:
+        shutil.rmtree(kept.group(1), ignore_errors=True)
+
+
 def test_bench_serve():
     """bench serve end to end on the CPU: two talking sessions, the report files and their fields."""
     for args in (["--seconds", "10abc"], ["--talking", "2"], ["--bogus"], ["--sessions", ",".join(["1"] * 65)]):
@@ -450,6 +483,7 @@ def metrics_format_errors(text):
 
 def main():
     test_bench_serve()
+    test_bench_startup()
     r = subprocess.run([BIN, "serve", "--port", "0", "--preset", "bogus"], capture_output=True, text=True, timeout=30)
     check(r.returncode == 2 and r.stderr.count("\n") == 1 and "bogus" in r.stderr, "serve --preset bogus: one line, exit 2")
     for bad in ("0", "11", "five"):

@@ -18,6 +18,7 @@
 #include "lipsync/backend.h"
 
 #include <math.h>
+#include <glib.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,10 +86,12 @@ static int w2l_create(const fc_lipsync_params *p, void **state) {
    * card has too little memory left for it (another process holds most of it), the largest
    * batch is halved until it fits: a server that runs with smaller batches beats one that does
    * not start. Without even the weights' room this still fails. */
+  gint64 t0 = g_get_monotonic_time(), t_loaded = t0;
   for (st->max_batch = gpu ? GPU_BATCH : CPU_BATCH;; st->max_batch /= 2) {
     fc_w2l_params wp = {.device = p->device, .max_batch = st->max_batch,
                         .dtype = gpu ? FC_W2L_FP16 : FC_W2L_FP32};
     if (!(st->net = fc_w2l_load(p->checkpoint, &wp, &err))) goto retry;
+    t_loaded = g_get_monotonic_time();
     if (!(st->jobs = calloc((size_t)st->max_batch, sizeof *st->jobs)) ||
         !(st->job_req = calloc((size_t)st->max_batch, sizeof *st->job_req))) {
       err = fc_error_set(FC_ENOMEM, "wav2lip: out of memory");
@@ -103,6 +106,14 @@ static int w2l_create(const fc_lipsync_params *p, void **state) {
     st->jobs = NULL, st->job_req = NULL;
     fprintf(stderr, "facecast: wav2lip %s: not enough device memory for batches of %d frames (%s); "
                     "trying %d\n", p->device, st->max_batch, fc_error_detail(err), st->max_batch / 2);
+  }
+  if (gpu) { /* where a GPU server's start-up went (docs/BENCHMARKS.md, bench startup) */
+    char how[512];
+    gint64 t1 = g_get_monotonic_time();
+    fc_w2l_describe(st->net, how, sizeof how);
+    fprintf(stderr, "facecast: wav2lip on %s ready in %.2f s: network loaded in %.2f s, batches "
+                    "1-%d set up and captured in %.2f s; %s\n", p->device, (double)(t1 - t0) / 1e6,
+            (double)(t_loaded - t0) / 1e6, st->max_batch, (double)(t1 - t_loaded) / 1e6, how);
   }
   *state = st;
   return FC_OK;

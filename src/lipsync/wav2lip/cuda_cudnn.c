@@ -8,7 +8,9 @@
  *
  * Per batch size a plan is built the first time that size is used and kept: tensor descriptors
  * and the fastest algorithm of each convolution (cudnnFind*, which times them), plus one shared
- * workspace grown to the largest need. Inference then allocates nothing: the inputs go through
+ * workspace grown to the largest need. The search is most of a server's start-up, so its
+ * choices are kept on disk per GPU model and cuDNN version (algo_cache.h) and a restart asks
+ * cuDNN only for a cached algorithm's workspace (searching again if cuDNN refuses it). Inference then allocates nothing: the inputs go through
  * pinned host staging buffers, are converted on the device (NCHW floats, or RGB bytes -> the six
  * NHWC channels), the ops run, and one kernel computes the last layer (1x1 conv to 3 channels)
  * with the sigmoid and writes NCHW floats or RGB bytes, copied back to pinned memory.
@@ -43,6 +45,7 @@
  * eager pass of each batch size; implies no graphs), W2L_CUDA_PROFILE=1 (cudaProfilerStart/Stop
  * around the first resident run, for `ncu --profile-from-start off`) and W2L_CUDA_DEBUG=1 (per-op algorithm and
  * output range on stderr; that one allocates, syncs and never captures). */
+#include "lipsync/wav2lip/algo_cache.h"
 #include "lipsync/wav2lip/w2l_composite.h"
 #include "lipsync/wav2lip/w2l_cuda.h"
 #include "lipsync/wav2lip/w2l_internal.h"
@@ -50,6 +53,7 @@
 #include "facecast/error.h"
 
 #include <cuda_profiler_api.h>
+#include <glib.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #include <math.h>
@@ -129,6 +133,10 @@ typedef struct cstate {
    * timing the algorithms; W2L_CUDA_DEBUG=1 prints each op's algorithm and output range */
   int nofuse, fixed_algo, debug, nograph, timing, profile;
   cudaEvent_t ev[W2L_MAX_OPS + 1]; /* W2L_CUDA_TIMING */
+  w2l_algo_cache *algos; /* the algorithms chosen so far, from and to the disk */
+  double search_s;       /* seconds spent in cudnnFind* */
+  int n_cached, n_searched; /* convolutions set up from the cache / by a search */
+  int save_failed;       /* the cache file could not be written (said once) */
 } cstate;
 
 static int dnn_err(cudnnStatus_t s, const char *what) {
@@ -189,6 +197,7 @@ static void cuda_destroy(void *state) {
   if (s->relu) cudnnDestroyActivationDescriptor(s->relu);
   if (s->h) cudnnDestroy(s->h);
   if (s->st) cudaStreamDestroy(s->st);
+  w2l_algo_cache_close(s->algos);
   free(s);
 }
 
@@ -253,6 +262,15 @@ static void note_memory(cstate *s) {
   if (fr < s->free0 && s->free0 - fr > s->peak) s->peak = s->free0 - fr;
 }
 
+static void cuda_describe(void *state, char *buf, size_t n) {
+  const cstate *s = state;
+  const char *path = NULL;
+  w2l_algo_cache_stats(s->algos, NULL, NULL, NULL, &path);
+  snprintf(buf, n, "cuDNN algorithms: %d from the cache, %d searched (%.2f s)%s%s", s->n_cached,
+           s->n_searched, s->search_s, path ? "; cache " : "; no cache (FACECAST_CACHE_DIR=off)",
+           path ? path : "");
+}
+
 static size_t cuda_device_bytes(void *state) { return ((cstate *)state)->peak; }
 
 static int cuda_device_memory(void *state, size_t *free_bytes, size_t *total_bytes) {
@@ -277,6 +295,15 @@ static int create_inner(cstate *s, const fc_w2l *m) {
   CU(cudaFree(NULL), "CUDA context"); /* create the context first: it is not ours to count */
   size_t total = 0;
   CU(cudaMemGetInfo(&s->free0, &total), "cudaMemGetInfo");
+  struct cudaDeviceProp prop;
+  int runtime = 0;
+  CU(cudaGetDeviceProperties(&prop, s->dev), "cudaGetDeviceProperties");
+  CU(cudaRuntimeGetVersion(&runtime), "cudaRuntimeGetVersion");
+  char *apath = w2l_algo_cache_path(NULL, prop.name, prop.major, prop.minor,
+                                    (int)cudnnGetVersion(), runtime);
+  s->algos = w2l_algo_cache_open(apath);
+  g_free(apath);
+  if (!s->algos) return FC_ENOMEM;
   CU(cudaStreamCreateWithFlags(&s->st, cudaStreamNonBlocking), "stream");
   DNN(cudnnCreate(&s->h), "cudnnCreate");
   DNN(cudnnSetStream(s->h, s->st), "cudnnSetStream");
@@ -416,6 +443,49 @@ static int grow_ws(cstate *s, size_t need) {
   return FC_OK;
 }
 
+/* The cache's key for one convolution: what cuDNN's choice depends on (direction, data type,
+ * batch, input and output shapes, filter, padding, stride), in a form a person can read. 0 when
+ * it does not fit (then the op is searched and not cached). */
+static int algo_key(char *key, size_t n, const cstate *s, const w2l_layer *l, int batch,
+                    const w2l_tensor *ti, const w2l_tensor *to) {
+  static const char *dts[] = {"f32", "f16", "bf16"};
+  int cin = ti->c < FACE_CP ? FACE_CP : ti->c; /* the face input is stored with FACE_CP */
+  int k = snprintf(key, n, "%s.%s.n%d.x%dx%dx%d.y%dx%dx%d.k%dx%d.s%dx%d.p%dx%d",
+                   l->kind == W2L_CONV ? "fwd" : "bwd", dts[s->dtype], batch, ti->h, ti->w, cin,
+                   to->h, to->w, to->c, l->kh, l->kw, l->sh, l->sw, l->ph, l->pw);
+  if (k <= 0 || (size_t)k >= n) key[0] = 0;
+  return key[0] != 0;
+}
+
+/* A cached choice, if cuDNN still takes it for this convolution: its workspace in *mem. */
+static int cached_ok(cstate *s, const w2l_layer *l, clayer *c, const cop *po, const w2l_algo *a,
+                     size_t *mem) {
+  if (cudnnSetConvolutionMathType(c->cd, (cudnnMathType_t)a->math) != CUDNN_STATUS_SUCCESS)
+    return 0;
+  cudnnStatus_t st =
+      l->kind == W2L_CONV
+          ? cudnnGetConvolutionForwardWorkspaceSize(s->h, po->x, c->wd, c->cd, po->y,
+                                                    (cudnnConvolutionFwdAlgo_t)a->algo, mem)
+          : cudnnGetConvolutionBackwardDataWorkspaceSize(s->h, c->wd, po->x, c->cd, po->y,
+                                                         (cudnnConvolutionBwdDataAlgo_t)a->algo,
+                                                         mem);
+  return st == CUDNN_STATUS_SUCCESS && *mem <= WS_LIMIT;
+}
+
+static void remember(cstate *s, const char *key, const cop *po, size_t mem) {
+  w2l_algo a = {po->algo, (int)po->math, mem};
+  w2l_algo_cache_put(s->algos, key, &a); /* out of memory: searched again next time */
+}
+
+/* After a plan: the cache file rewritten when it learned something. A file that cannot be
+ * written is said once; the server runs on (it searches again at its next start). */
+static void save_algos(cstate *s) {
+  if (w2l_algo_cache_save(s->algos) == FC_OK || s->save_failed) return;
+  s->save_failed = 1;
+  fprintf(stderr, "facecast: wav2lip cuda: cuDNN algorithms not cached (%s)\n",
+          fc_error_detail(FC_EIO));
+}
+
 static int build_plan(cstate *s, const fc_w2l *m, cplan *p) {
   for (int i = 0; i < m->nops; i++) {
     const w2l_op *o = &m->ops[i];
@@ -433,6 +503,8 @@ static int build_plan(cstate *s, const fc_w2l *m, cplan *p) {
         "math type");
     int got = 0, best = -1;
     size_t mem = 0;
+    char key[200] = "";
+    w2l_algo cached;
     if (s->fixed_algo) {
       best = 0;
       po->math = half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
@@ -448,14 +520,27 @@ static int build_plan(cstate *s, const fc_w2l *m, cplan *p) {
                                                          &mem),
             l->name);
       }
+    } else if (algo_key(key, sizeof key, s, l, p->batch, ti, to) &&
+               w2l_algo_cache_get(s->algos, key, &cached) &&
+               cached_ok(s, l, c, po, &cached, &mem)) {
+      best = 0, po->algo = cached.algo, po->math = (cudnnMathType_t)cached.math;
+      s->n_cached++;
     } else if (l->kind == W2L_CONV) {
+      gint64 t0 = g_get_monotonic_time();
+      DNN(cudnnSetConvolutionMathType(c->cd, half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
+          "math type"); /* cached_ok may have set another */
       cudnnConvolutionFwdAlgoPerf_t perf[NALGO];
       DNN(cudnnFindConvolutionForwardAlgorithm(s->h, po->x, c->wd, c->cd, po->y, NALGO, &got, perf),
           l->name);
       for (int k = 0; k < got && best < 0; k++)
         if (perf[k].status == CUDNN_STATUS_SUCCESS && perf[k].memory <= WS_LIMIT)
           best = k, po->algo = (int)perf[k].algo, po->math = perf[k].mathType, mem = perf[k].memory;
+      s->search_s += (double)(g_get_monotonic_time() - t0) / 1e6, s->n_searched++;
+      if (best >= 0 && *key) remember(s, key, po, mem);
     } else {
+      gint64 t0 = g_get_monotonic_time();
+      DNN(cudnnSetConvolutionMathType(c->cd, half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
+          "math type");
       cudnnConvolutionBwdDataAlgoPerf_t perf[NALGO];
       DNN(cudnnFindConvolutionBackwardDataAlgorithm(s->h, c->wd, po->x, c->cd, po->y, NALGO, &got,
                                                     perf),
@@ -463,6 +548,8 @@ static int build_plan(cstate *s, const fc_w2l *m, cplan *p) {
       for (int k = 0; k < got && best < 0; k++)
         if (perf[k].status == CUDNN_STATUS_SUCCESS && perf[k].memory <= WS_LIMIT)
           best = k, po->algo = (int)perf[k].algo, po->math = perf[k].mathType, mem = perf[k].memory;
+      s->search_s += (double)(g_get_monotonic_time() - t0) / 1e6, s->n_searched++;
+      if (best >= 0 && *key) remember(s, key, po, mem);
     }
     if (best < 0)
       return fc_error_set(FC_EUNSUPPORTED, "wav2lip cuda: no cuDNN algorithm for %s at batch %d",
@@ -532,6 +619,7 @@ static int cuda_prepare(void *state, const fc_w2l *m, int batch) {
   p->next = s->plans;
   s->plans = p;
   note_memory(s);
+  save_algos(s);
   return FC_OK;
 }
 
@@ -798,4 +886,5 @@ static int cuda_run_op(void *state, const fc_w2l *m, int op, int batch) {
 const w2l_backend fc_w2l_backend_cudnn = {
     .name = "cuda", .create = cuda_create, .destroy = cuda_destroy, .prepare = cuda_prepare,
     .run_op = cuda_run_op, .infer = cuda_infer, .composite = cuda_composite,
-    .device_bytes = cuda_device_bytes, .device_memory = cuda_device_memory};
+    .device_bytes = cuda_device_bytes, .device_memory = cuda_device_memory,
+    .describe = cuda_describe};

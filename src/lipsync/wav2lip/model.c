@@ -676,6 +676,12 @@ int fc_w2l_device_memory(const fc_w2l *m, size_t *free_bytes, size_t *total_byte
   return m->be->device_memory(m->bstate, free_bytes, total_bytes);
 }
 
+void fc_w2l_describe(const fc_w2l *m, char *buf, size_t n) {
+  if (!buf || !n) return;
+  buf[0] = 0;
+  if (m && m->be && m->be->describe) m->be->describe(m->bstate, buf, n);
+}
+
 size_t fc_w2l_device_bytes(const fc_w2l *m) {
   return m && m->be && m->be->device_bytes ? m->be->device_bytes(m->bstate) : 0;
 }

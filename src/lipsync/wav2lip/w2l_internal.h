@@ -106,6 +106,8 @@ struct w2l_backend {
   size_t (*device_bytes)(void *state);
   /* Optional: the device's free and total memory now (fc_w2l_device_memory). */
   int (*device_memory)(void *state, size_t *free_bytes, size_t *total_bytes);
+  /* Optional: how the backend got ready, one line for the start-up log (fc_w2l_describe). */
+  void (*describe)(void *state, char *buf, size_t n);
 };
 
 /* What infer() moves: float NCHW tensors (in = faces, out = sigmoid output), RGB byte crops

@@ -135,6 +135,11 @@ size_t fc_w2l_device_bytes(const fc_w2l *m);
  * size batches by headroom. FC_EUNSUPPORTED on the CPU. */
 int fc_w2l_device_memory(const fc_w2l *m, size_t *free_bytes, size_t *total_bytes);
 
+/* How the device got ready, for the start-up log (e.g. the CUDA backend's cuDNN algorithms: how
+ * many came from the disk cache, how many were searched and for how long); "" when the backend
+ * has nothing to say. Writes at most n bytes, NUL-terminated. */
+void fc_w2l_describe(const fc_w2l *m, char *buf, size_t n);
+
 void fc_w2l_destroy(fc_w2l *m);
 
 #ifdef __cplusplus
