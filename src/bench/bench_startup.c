@@ -453,7 +453,7 @@ int fc_bench_startup(int argc, char **argv) {
             "(from spawn) ms", "speaking ms", "RSS MiB", "GPU MiB");
     print_run(f, "empty cache", &r[0], 0, 0);
     for (int i = 1; i <= runs; i++) {
-      char name[16];
+      char name[24];
       snprintf(name, sizeof name, "cached %d", i);
       print_run(f, name, &r[i], 0, 0);
     }
