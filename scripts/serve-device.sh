@@ -33,6 +33,9 @@
 #          `bash build-serve-dev/serve-device.sh startup`: the GPU tests twice (an empty cuDNN
 #          algorithm cache, then the one it filled) and `facecast bench startup` on the CPU
 #          default and with Wav2Lip on the GPU, plus the server's own start-up line; under $OUT.
+#          `[BATCHES=1,16,...] [TORCH=""] bash build-serve-dev/serve-device.sh kernel`: the own
+#          first-layer kernel against cuDNN's (parity at full width, bench model fp16 both ways)
+#          and PyTorch compiled on the same 96 checkpoint (TORCH="" skips it); under $OUT.
 #          `[FREES="6000 2500 1200 600"] [LATE_FREES="64"] [SESSIONS=192] bash
 #          build-serve-dev/serve-device.sh oom`: the GPU made to run out of memory for real: for
 #          each FREE (MiB), a PyTorch process takes all of the card's memory but FREE, before
@@ -226,5 +229,22 @@ for i in range(600):
     except Exception: time.sleep(0.1)"
     echo "$pass: $(grep 'ready in' "$OUT/serve_$pass.log")"; kill $SP; wait $SP 2>/dev/null
   done ;;
-*) echo "usage: $0 pack|test|run|serve256|oom|bulk|startup" >&2; exit 2 ;;
+kernel)
+  # facecast's own first-layer kernel against cuDNN's convolution (W2L_CUDA_OWN=0) on the
+  # full-width 96 network: parity (test_wav2lip with W2L_FULL_DIR) and `bench model` fp16 both
+  # ways, then PyTorch (torch.compile + CUDA graphs) on the same checkpoint; under $OUT.
+  unpack || exit 1; env_up; OUT=${OUT:-/tmp}
+  date -u; nvidia-smi -L
+  [ -s /tmp/full/ckpt_zip.pth ] || timeout 200 python3 tools/gen_wav2lip_golden.py --width 1 --batch 16 --out /tmp/full >"$OUT/gen.log" 2>&1
+  (cd $X && W2L_FULL_DIR=/tmp/full timeout 200 ./test_wav2lip >"$OUT/test_full.log" 2>&1)
+  echo "test_wav2lip: exit $?"; grep -E "full width|FAIL|test_cuda" "$OUT/test_full.log"
+  for own in 1 0; do
+    W2L_CUDA_OWN=$own timeout 150 $X/facecast bench model --checkpoint /tmp/full/ckpt_zip.pth \
+      --device cuda --dtype fp16 --batches ${BATCHES:-1,16,128,256,512} --seconds 0.6 --json >"$OUT/fc_own$own.jsonl"
+    echo "own=$own"; cat "$OUT/fc_own$own.jsonl"
+  done
+  [ -n "${TORCH-1}" ] && W2L_REF_SIZE=96 timeout 240 python3 tools/bench_wav2lip256.py bench \
+    --checkpoint /tmp/full/ckpt_zip.pth --batches 1,16,512 --dtypes fp16 --compile >"$OUT/torch.jsonl" 2>"$OUT/torch.err"
+  cat "$OUT/torch.jsonl"; tail -3 "$OUT/torch.err" ;;
+*) echo "usage: $0 pack|test|run|serve256|oom|bulk|startup|kernel" >&2; exit 2 ;;
 esac

@@ -28,6 +28,8 @@ this script writes has the same layout as LiveTalking's models/wav2lip.pth: {"st
         (mode, dtype, batch): ms_per_batch, frames_per_s, peak_mib.
 
 scripts/w2l-cuda-device.sh v256 runs all three with facecast's side in one device call.
+W2L_REF_SIZE=96 makes every command work on the original 96x96 network instead (its checkpoints,
+e.g. tools/gen_wav2lip_golden.py --width 1's): scripts/serve-device.sh kernel times it so.
 Needs torch (the GPU machine's python3) and numpy.
 """
 
@@ -45,7 +47,7 @@ import wav2lip_ref as W  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-S = 256
+S = int(os.environ.get("W2L_REF_SIZE", "256"))  # 96: the original network (bench only)
 TOL = {"fp32": 1e-3, "fp16": 2e-2}
 
 

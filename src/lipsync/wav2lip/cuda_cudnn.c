@@ -40,6 +40,11 @@
  * and 1.6e-5 (full width); fp16 0.021 and 0.014, the same with the fused and unfused paths and
  * fixed algorithms (so fp16 rounding, not a path's bug).
  *
+ * The first layer (6 -> 16 channels, 7x7, at the face's full size) runs on our own tensor-core
+ * kernel in fp16 (w2l_conv_first.cu: 2-6 % faster passes on the H200 than cuDNN's, whose
+ * implicit GEMM is weakest on 8 input channels); W2L_CUDA_OWN=0 keeps cuDNN for it, the
+ * reference the GPU tests compare the kernel with.
+ *
  * Diagnostics (environment, read at load): W2L_CUDA_NOFUSE=1, W2L_CUDA_FIXED_ALGO=1,
  * W2L_CUDA_NOGRAPH=1, W2L_CUDA_TIMING=1 (each op's time by CUDA events on stderr, on the third
  * eager pass of each batch size; implies no graphs), W2L_CUDA_PROFILE=1 (cudaProfilerStart/Stop
@@ -134,6 +139,10 @@ typedef struct cstate {
   int nofuse, fixed_algo, debug, nograph, timing, profile;
   cudaEvent_t ev[W2L_MAX_OPS + 1]; /* W2L_CUDA_TIMING */
   w2l_algo_cache *algos; /* the algorithms chosen so far, from and to the disk */
+  /* the first layer (face_op) by our own kernel (w2l_conv_first.cu) instead of cuDNN: fp16,
+   * unless W2L_CUDA_OWN=0; its weights in that kernel's layout */
+  int own_first;
+  void *first_w;
   double search_s;       /* seconds spent in cudnnFind* */
   int n_cached, n_searched; /* convolutions set up from the cache / by a search */
   int save_failed;       /* the cache file could not be written (said once) */
@@ -198,6 +207,7 @@ static void cuda_destroy(void *state) {
   if (s->h) cudnnDestroy(s->h);
   if (s->st) cudaStreamDestroy(s->st);
   w2l_algo_cache_close(s->algos);
+  cudaFree(s->first_w);
   free(s);
 }
 
@@ -266,7 +276,8 @@ static void cuda_describe(void *state, char *buf, size_t n) {
   const cstate *s = state;
   const char *path = NULL;
   w2l_algo_cache_stats(s->algos, NULL, NULL, NULL, &path);
-  snprintf(buf, n, "cuDNN algorithms: %d from the cache, %d searched (%.2f s)%s%s", s->n_cached,
+  snprintf(buf, n, "%scuDNN algorithms: %d from the cache, %d searched (%.2f s)%s%s",
+           s->own_first ? "first layer on facecast's kernel; " : "", s->n_cached,
            s->n_searched, s->search_s, path ? "; cache " : "; no cache (FACECAST_CACHE_DIR=off)",
            path ? path : "");
 }
@@ -278,6 +289,34 @@ static int cuda_device_memory(void *state, size_t *free_bytes, size_t *total_byt
   CU(cudaSetDevice(s->dev), "cudaSetDevice"); /* the calling thread may not have it current */
   CU(cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo");
   return FC_OK;
+}
+
+/* Whether the first layer runs on our own kernel (w2l_cuda_conv_first): fp16, a layer of its
+ * shape (6 -> 16 channels, odd square filter, stride 1, "same" padding, ReLU), and not turned
+ * off (W2L_CUDA_OWN=0 keeps cuDNN: the reference the GPU tests compare it with). */
+static int own_first_fits(const cstate *s, const w2l_layer *l) {
+  const char *ev = getenv("W2L_CUDA_OWN");
+  if ((ev && strcmp(ev, "0") == 0) || s->dtype != W2L_DT_F16) return 0;
+  return l->kind == W2L_CONV && l->cin <= FACE_CP && l->cout == 16 && l->kh == l->kw &&
+         (l->kh == 3 || l->kh == 5 || l->kh == 7) && l->sh == 1 && l->sw == 1 &&
+         l->ph == l->kh / 2 && l->pw == l->kw / 2 && l->relu && !l->residual;
+}
+
+/* Its weights in the kernel's layout: [ky][tap pair][tap-in-pair * 8 + input channel][16]. */
+static int setup_own_first(cstate *s, const w2l_layer *l, float *host, float *tmp, size_t cap) {
+  const int ks = l->kh, pairs = (ks + 1) / 2;
+  const size_t n = (size_t)ks * pairs * 256;
+  if (n > cap) return FC_OK; /* a test network whose scratch is smaller: cuDNN does it */
+  memset(host, 0, n * sizeof(float));
+  for (int ky = 0; ky < ks; ky++)
+    for (int kx = 0; kx < ks; kx++)
+      for (int ci = 0; ci < l->cin; ci++)
+        for (int co = 0; co < 16; co++)
+          host[((size_t)(ky * pairs + kx / 2) * 16 + (kx & 1) * 8 + ci) * 16 + co] =
+              l->w[(((size_t)co * l->cin + ci) * ks + ky) * ks + kx];
+  int err = upload(s, host, n, &s->first_w, tmp);
+  if (!err) s->own_first = 1;
+  return err;
 }
 
 static int create_inner(cstate *s, const fc_w2l *m) {
@@ -329,6 +368,8 @@ static int create_inner(cstate *s, const fc_w2l *m) {
     err = setup_layer(s, &m->layers[i], &s->layers[i],
                       i == m->ops[s->face_op].layer ? FACE_CP : 0, host, tmp);
   }
+  if (!err && own_first_fits(s, &m->layers[m->ops[s->face_op].layer]))
+    err = setup_own_first(s, &m->layers[m->ops[s->face_op].layer], host, tmp, maxw);
   free(host);
   cudaFree(tmp);
   if (err) return err;
@@ -498,6 +539,7 @@ static int build_plan(cstate *s, const fc_w2l *m, cplan *p) {
     if ((err = tensor_desc(s, &po->x, ti, p->batch, o->in == m->t_face ? FACE_CP : ti->c)))
       return err;
     if ((err = tensor_desc(s, &po->y, to, p->batch, to->c))) return err;
+    if (i == s->face_op && s->own_first) continue; /* w2l_cuda_conv_first: nothing to search */
     int half = s->dtype != W2L_DT_F32;
     DNN(cudnnSetConvolutionMathType(c->cd, half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
         "math type");
@@ -753,7 +795,13 @@ static int enqueue(cstate *s, const fc_w2l *m, const cplan *p, int io, int batch
       CU(cudaEventRecord(s->join, s->st2), "join");
       CU(cudaStreamWaitEvent(s->st, s->join, 0), "join");
     }
-    if (o->kind == W2L_OP_CONV) {
+    if (o->kind == W2L_OP_CONV && i == s->face_op && s->own_first) {
+      const w2l_tensor *t = &m->tensors[o->out];
+      CU((cudaError_t)w2l_cuda_conv_first(s->tp[o->in], s->first_w, s->layers[o->layer].b32,
+                                          s->tp[o->out], batch, t->h, t->w,
+                                          m->layers[o->layer].kh, s->st),
+         "first layer kernel");
+    } else if (o->kind == W2L_OP_CONV) {
       if ((err = run_conv(s, m, o, &p->ops[i], batch, lane2))) return err;
     } else {
       const w2l_tensor *a = &m->tensors[o->in], *b = &m->tensors[o->in2];

@@ -49,6 +49,13 @@ int w2l_cuda_crops_to_input(const uint8_t *crops, void *dst, int cdst, int n, in
 int w2l_cuda_head(const void *x, int cin, const float *w, const float *bias, float *outf,
                   uint8_t *out8, int n, int hw, int dt, cudaStream_t s);
 
+/* The first layer as our own kernel (w2l_conv_first.cu), fp16 only: x NHWC [n][h][wd][8]
+ * (input channels past the layer's zero), w [ks][(ks+1)/2][16][16] (filter row, tap pair,
+ * tap-in-pair * 8 + input channel, output channel), bias fp32 [16]; y NHWC [n][h][wd][16] =
+ * relu(conv(x, stride 1, padding ks/2) + bias). ks 3, 5 or 7. */
+int w2l_cuda_conv_first(const void *x, const void *w, const float *bias, void *y, int n, int h,
+                        int wd, int ks, cudaStream_t s);
+
 /* Compositing (w2l_composite.h), jobs = n device w2l_cjob, side = the model's face side (96 or
  * 256): each live job's face box in src (the source arena) resized into crops
  * [n][side][side][3]; and each live job's patch rect made from net [n][side][side][3] (the
