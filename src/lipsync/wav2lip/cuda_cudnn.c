@@ -41,7 +41,7 @@
  * fixed algorithms (so fp16 rounding, not a path's bug).
  *
  * The first layer (6 -> 16 channels, 7x7, at the face's full size) runs on our own tensor-core
- * kernel in fp16 (w2l_conv_first.cu: 2-6 % faster passes on the H200 than cuDNN's, whose
+ * kernel in fp16 (w2l_conv_first.cu: 1-4 % faster passes on the H200 than cuDNN's, whose
  * implicit GEMM is weakest on 8 input channels); W2L_CUDA_OWN=0 keeps cuDNN for it, the
  * reference the GPU tests compare the kernel with.
  *
