@@ -144,7 +144,10 @@ static int cmp_str(const void *a, const void *b) {
 
 int w2l_algo_cache_save(w2l_algo_cache *c) {
   if (!c->path || !c->dirty) return FC_OK;
-  char *dir = g_path_get_dirname(c->path), *tmp = g_strdup_printf("%s.%d.tmp", c->path, getpid());
+  /* a name of this save's own: two GPUs' models in one process may save at once */
+  static gint serial;
+  char *dir = g_path_get_dirname(c->path),
+       *tmp = g_strdup_printf("%s.%d.%d.tmp", c->path, getpid(), g_atomic_int_add(&serial, 1));
   int err = FC_OK;
   FILE *f = NULL;
   guint n = 0;
