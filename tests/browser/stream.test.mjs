@@ -67,6 +67,8 @@ describe('WS /ws/stream in Chromium (web/stream.html)', () => {
       const r = await request('GET', `${srv.url}/api/admin/sessions`);
       return !r.json().data.sessions.some((x) => x.sessionid === sid);
     }, { what: 'the session gone' });
+    // the server may drop the session before the page's onclose has run: wait for it too
+    await waitFor(async () => (await state()).closed, { what: "the page's close event" });
     const closed = (await state()).closed;
     assert.ok(closed && closed.code === 1000, `the page saw a clean close (${JSON.stringify(closed)})`);
   });
