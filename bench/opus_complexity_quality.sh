@@ -1,11 +1,13 @@
 #!/bin/bash
-# Live Opus settings (32 kbit/s, 40 ms frames, voice, 16 kHz mono) at several complexities on
-# the engine's own speech: segmental SNR of the decoded sound against the input (20 ms
-# segments above a level floor) and the encoder's user time. A waveform measure, not a
-# listening test: SILK codes the waveform, so a complexity that loses detail shows here.
+# Live Opus settings (48 kbit/s, 40 ms frames, 16 kHz mono; audio type restricted-lowdelay,
+# i.e. CELT only, as the live outputs) at several complexities on the engine's own speech:
+# segmental SNR of the decoded sound against the input (20 ms segments above a level floor)
+# and the encoder's user time. A waveform measure, not a listening test. AUDIO_TYPE=voice (SILK
+# and hybrid, the live default before 2026-12-02) or generic compares the other modes.
 # Needs build/facecast, gst-launch-1.0 and python3.
 #
-#   bash bench/opus_complexity_quality.sh [COMPLEXITY...]   (default: 1 2 3 5 10)
+#   [AUDIO_TYPE=voice|generic|restricted-lowdelay] [BITRATE=32000] bash bench/opus_complexity_quality.sh [COMPLEXITY...]
+#   (default: 1 2 3 5 10)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 levels=("$@")
@@ -22,12 +24,12 @@ gst-launch-1.0 -q filesrc location="$tmp/clip.mp4" ! qtdemux ! aacparse ! avdec_
 for c in "${levels[@]}"; do
   TIMEFORMAT=%U
   user=$( { time gst-launch-1.0 -q filesrc location="$tmp/in.wav" ! wavparse ! \
-    opusenc bitrate=32000 complexity="$c" frame-size=40 audio-type=voice ! oggmux ! \
+    opusenc bitrate="${BITRATE:-48000}" complexity="$c" frame-size=40 audio-type="${AUDIO_TYPE:-restricted-lowdelay}" ! oggmux ! \
     filesink location="$tmp/c$c.ogg"; } 2>&1 )
   gst-launch-1.0 -q filesrc location="$tmp/c$c.ogg" ! oggdemux ! opusdec ! audioconvert ! \
     audioresample ! audio/x-raw,rate=16000,channels=1,format=S16LE ! wavenc ! \
     filesink location="$tmp/c$c.wav"
-  printf 'complexity %2s  run %ss user  ' "$c" "$user"
+  printf '%s complexity %2s  run %ss user  ' "${AUDIO_TYPE:-restricted-lowdelay}" "$c" "$user"
   python3 - "$tmp/in.wav" "$tmp/c$c.wav" <<'PY'
 import math, struct, sys, wave
 def samples(path):

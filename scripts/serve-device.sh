@@ -33,9 +33,12 @@
 #          `bash build-serve-dev/serve-device.sh startup`: the GPU tests twice (an empty cuDNN
 #          algorithm cache, then the one it filled) and `facecast bench startup` on the CPU
 #          default and with Wav2Lip on the GPU, plus the server's own start-up line; under $OUT.
-#          `[BATCHES=1,16,...] [TORCH=""] bash build-serve-dev/serve-device.sh kernel`: the own
-#          first-layer kernel against cuDNN's (parity at full width, bench model fp16 both ways)
-#          and PyTorch compiled on the same 96 checkpoint (TORCH="" skips it); under $OUT.
+#          `[BATCHES=1,16,...] [TORCH=""] [PROBE=""] [TIMING=1,16] bash build-serve-dev/serve-device.sh
+#          kernel`:
+#          the own first-layer kernel against cuDNN's (parity at full width, bench model fp16
+#          both ways), PyTorch compiled on the same 96 checkpoint (TORCH="" skips it) and
+#          bench/cudnn_convt_probe.cu's transposed convolutions layer by layer (PROBE="" skips
+#          it); TIMING: each op's time (eager) at those batches; under $OUT.
 #          `[FREES="6000 2500 1200 600"] [LATE_FREES="64"] [SESSIONS=192] bash
 #          build-serve-dev/serve-device.sh oom`: the GPU made to run out of memory for real: for
 #          each FREE (MiB), a PyTorch process takes all of the card's memory but FREE, before
@@ -79,6 +82,8 @@ pack)
     isomp4 opus rtp videoparsersbad flv rtmp2 videotestsrc audiotestsrc audioparsers voaacenc" \
     bash ../shared/bench/bundle-for-accelerator.sh build-cuda/facecast "$B" >/dev/null || exit 1
   cp build-cuda/test_wav2lip build-cuda/test_w2l_composite "$B/"
+  /usr/local/cuda/bin/nvcc -O3 -arch=sm_90 -o "$B/cudnn_convt_probe" bench/cudnn_convt_probe.cu \
+    bench/convt_subpixel.cu -lcudnn || exit 1
   for l in $(ldd build-cuda/test_wav2lip | awk '/=> \//{print $3}' | grep -E "dnnl|OpenCL|gomp"); do cp -L "$l" "$B/lib/"; done
   pwd >"$B/SRCDIR" # the test programs' compiled-in data paths point below it
   mkdir -p "$B/share/espeak-ng-data" "$B/share/haar"
@@ -245,6 +250,13 @@ kernel)
   done
   [ -n "${TORCH-1}" ] && W2L_REF_SIZE=96 timeout 240 python3 tools/bench_wav2lip256.py bench \
     --checkpoint /tmp/full/ckpt_zip.pth --batches 1,16,512 --dtypes fp16 --compile >"$OUT/torch.jsonl" 2>"$OUT/torch.err"
-  cat "$OUT/torch.jsonl"; tail -3 "$OUT/torch.err" ;;
+  cat "$OUT/torch.jsonl"; tail -3 "$OUT/torch.err"
+  # each op's time (eager, CUDA events) at TIMING's batch sizes, the default kernels
+  [ -n "${TIMING:-}" ] && W2L_CUDA_TIMING=1 timeout 120 $X/facecast bench model --checkpoint \
+    /tmp/full/ckpt_zip.pth --device cuda --dtype fp16 --batches "$TIMING" --seconds 0.2 \
+    >/dev/null 2>"$OUT/timing.txt"
+  # the transposed convolutions alone: cuDNN's ways and ours, layer by layer (PROBE="" skips)
+  [ -n "${PROBE-1}" ] && timeout 200 $X/cudnn_convt_probe 1 16 64 256 512 >"$OUT/probe.txt" 2>&1
+  [ -n "${PROBE-1}" ] && grep -v res3x3 "$OUT/probe.txt" | sed 's/| B4.*| C/| C/' ;;
 *) echo "usage: $0 pack|test|run|serve256|oom|bulk|startup|kernel" >&2; exit 2 ;;
 esac

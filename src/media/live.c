@@ -389,13 +389,16 @@ fc_live *fc_live_create(const fc_live_params *params, const char *offer_sdp,
 
   /* Audio encoder: speech, 40 ms frames — the pacer hands over 40 ms of sound per video
    * frame, so shorter frames would add no responsiveness, only packets and encoder calls.
-   * Complexity FC_LIVE_OPUS_COMPLEXITY (see live.h) instead of libopus' 10. */
+   * Complexity FC_LIVE_OPUS_COMPLEXITY (see live.h) instead of libopus' 10. CELT only
+   * ("restricted-lowdelay", at OPUS_BITRATE): a third of the CPU of "voice" (SILK, whose
+   * delayed-decision quantiser is most of its time) — 2.3 against 6.5 ms per second of
+   * sound — with 4 ms less delay and better measured quality (docs/BENCHMARKS.md). */
   g_object_set(aenc, "bitrate", OPUS_BITRATE, NULL);
   char cx[8];
   snprintf(cx, sizeof cx, "%d", p.opus_complexity ? p.opus_complexity : FC_LIVE_OPUS_COMPLEXITY);
   set_optional(aenc, "complexity", cx);
   set_optional(aenc, "frame-size", "40");
-  set_optional(aenc, "audio-type", "voice");
+  set_optional(aenc, "audio-type", "restricted-lowdelay");
   g_object_set(apay, "pt", (guint)ch.audio_pt, NULL);
 
   {

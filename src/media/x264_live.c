@@ -118,6 +118,11 @@ static gboolean enc_set_format(GstVideoEncoder *enc, GstVideoCodecState *state) 
     p.rc.i_rc_method = X264_RC_CQP;
     p.rc.i_qp_constant = e->cfg.qp;
     p.analyse.b_mb_info = 1;
+    /* No scene-cut test: with a constant quantizer it is the only reason x264 makes a
+     * half-size copy of every picture and analyses it — 7-12 % of its time on a talking
+     * photo, for key frames that keyint and the viewers' requests make anyway (same output
+     * size and PSNR measured on the engine's pictures; docs/BENCHMARKS.md). */
+    p.i_scenecut_threshold = 0;
   } else {
     p.rc.i_rc_method = X264_RC_CRF;
     p.rc.f_rf_constant = (float)(e->cfg.crf > 0 ? e->cfg.crf : 23);
