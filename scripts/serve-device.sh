@@ -39,6 +39,9 @@
 #          both ways), PyTorch compiled on the same 96 checkpoint (TORCH="" skips it) and
 #          bench/cudnn_convt_probe.cu's transposed convolutions layer by layer (PROBE="" skips
 #          it); TIMING: each op's time (eager) at those batches; under $OUT.
+#          `[BATCHES=1,16] [MODEL_BATCHES=1,16,...] bash build-serve-dev/serve-device.sh profile`:
+#          ncu's list of the kernels of one fp16 pass at each batch size and their durations
+#          (CSV under $OUT); MODEL_BATCHES: `bench model` fp16 at those sizes first, no profiler.
 #          `[FREES="6000 2500 1200 600"] [LATE_FREES="64"] [SESSIONS=192] bash
 #          build-serve-dev/serve-device.sh oom`: the GPU made to run out of memory for real: for
 #          each FREE (MiB), a PyTorch process takes all of the card's memory but FREE, before
@@ -258,5 +261,19 @@ kernel)
   # the transposed convolutions alone: cuDNN's ways and ours, layer by layer (PROBE="" skips)
   [ -n "${PROBE-1}" ] && timeout 200 $X/cudnn_convt_probe 1 16 64 256 512 >"$OUT/probe.txt" 2>&1
   [ -n "${PROBE-1}" ] && grep -v res3x3 "$OUT/probe.txt" | sed 's/| B4.*| C/| C/' ;;
-*) echo "usage: $0 pack|test|run|serve256|oom|bulk|startup|kernel" >&2; exit 2 ;;
+profile)
+  # ncu's kernel list of one resident fp16 pass at each of BATCHES (default 1,16): every
+  # kernel's duration, run one at a time (--clock-control none), on the full-width 96
+  # network; CSV under $OUT. The sum against the graph replay's time is the launch gaps' share.
+  unpack || exit 1; env_up; OUT=${OUT:-/tmp}
+  [ -s /tmp/full/ckpt_zip.pth ] || timeout 200 python3 tools/gen_wav2lip_golden.py --width 1 --batch 16 --out /tmp/full >"$OUT/gen.log" 2>&1
+  [ -n "${MODEL_BATCHES:-}" ] && timeout 120 $X/facecast bench model --checkpoint /tmp/full/ckpt_zip.pth \
+    --device cuda --dtype fp16 --batches "$MODEL_BATCHES" --seconds 0.6 --json | tee "$OUT/model.jsonl"
+  for b in $(echo "${BATCHES:-1,16}" | tr , ' '); do
+    W2L_CUDA_PROFILE=1 timeout 200 ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum \
+      --csv $X/facecast bench model --checkpoint /tmp/full/ckpt_zip.pth --device cuda --dtype fp16 --batches $b \
+      --seconds 0.2 >"$OUT/ncu_b$b.csv" 2>&1
+    echo "batch $b: $(grep -c gpu__time "$OUT/ncu_b$b.csv") kernels; $(grep '"bench":"model"' "$OUT/ncu_b$b.csv" | head -1)"
+  done ;;
+*) echo "usage: $0 pack|test|run|serve256|oom|bulk|startup|kernel|profile" >&2; exit 2 ;;
 esac

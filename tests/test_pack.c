@@ -1321,8 +1321,13 @@ static void test_pages_are_shared(void) {
     FC_CHECK_INT(u[k].map_pss * 100, <=, u[k].map_rss * 52);
     FC_CHECK_INT(u[k].map_pss * 100, >=, u[k].map_rss * 48);
     FC_CHECK_INT(u[k].d_rss * 100, >=, size / 1024 * 95);
-    FC_CHECK_INT(u[k].d_pss * 100, <=, u[k].d_rss * 55);
-    FC_CHECK_INT(u[k].d_pss * 100, >=, u[k].d_rss * 45);
+    /* The whole process's delta also holds what else the touching made resident (ASan's
+     * bookkeeping, the stack: 5.4 MB of 47.7 once in CI, which put Pss at 55.3 % of Rss). Count
+     * all of that as private: what is left for the pack must be about half of it. */
+    const long long pack_kb = (long long)(size / 1024);
+    const long long other_kb = u[k].d_rss > pack_kb ? u[k].d_rss - pack_kb : 0;
+    FC_CHECK_INT((u[k].d_pss - other_kb) * 100, <=, pack_kb * 55);
+    FC_CHECK_INT(u[k].d_pss * 100, >=, pack_kb * 45);
   }
   unlink(path);
 }
