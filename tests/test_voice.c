@@ -148,6 +148,13 @@ static void test_error_text(void) {
   char *m = fc_voice_error_text(junk, sizeof junk);
   FC_CHECK(strlen(m) <= 200);
   g_free(m);
+  /* a body ending in a lead byte that promises more bytes than follow (0xfd: six): the text
+   * is made valid before it is measured (measuring first read past its end once, under the
+   * fuzzer) */
+  static const char cut[] = "%%%%!%%%u0000%\xff\xfdu\xfd";
+  m = fc_voice_error_text(cut, sizeof cut - 1);
+  FC_CHECK(g_utf8_validate(m, -1, NULL) && g_utf8_strlen(m, -1) <= 200 && !strchr(m, '\n'));
+  g_free(m);
 }
 
 /* Pieces of any size come out as one signal: the same as resampling it whole. */

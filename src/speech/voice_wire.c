@@ -258,7 +258,9 @@ char *fc_voice_error_text(const char *body, size_t n) {
     }
     if ((unsigned char)*p < 32) *p = ' ';
   }
-  if (g_utf8_strlen(out, -1) > 200 || !g_utf8_validate(out, -1, NULL)) {
+  /* validity first: g_utf8_strlen trusts lead bytes, and one that promises more bytes than
+   * are left (0xfd at the end) walks past the terminator (fuzz target voice, 2026-12-02) */
+  if (!g_utf8_validate(out, -1, NULL) || g_utf8_strlen(out, -1) > 200) {
     char *v = g_utf8_make_valid(out, -1);
     g_free(out);
     out = v;
