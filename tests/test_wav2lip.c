@@ -963,40 +963,60 @@ static void test_cuda_fp32(void) { cuda_case(FC_W2L_FP32); }
 static void test_cuda_fp16(void) { cuda_case(FC_W2L_FP16); }
 static void test_cuda_bf16(void) { cuda_case(FC_W2L_BF16); }
 
-/* fp16 at full width: facecast's own first-layer kernel (w2l_conv_first.cu, the default) against
- * cuDNN's convolution for that layer (W2L_CUDA_OWN=0, the reference), same inputs, every batch.
- * Only the accumulation order differs, but one fp16 rounding of the first activations apart
- * grows through the ~60 layers after it: 0.004-0.0125 apart on the H200 (2026-12-02), each
- * path 0.007-0.018 from the float64 reference; a wrong tap or channel is off by tenths. So the
- * limit is the fp16 path's own, 2e-2. m is the default model; its description must say the
- * kernel ran, the reference's must not. */
+/* fp16 at full width: facecast's own kernels against cuDNN for every layer (W2L_CUDA_OWN=0, the
+ * reference), same inputs, every batch: the default model (the first layer on
+ * w2l_conv_first.cu) and one with W2L_CUDA_DENSE=1 as well (the whole-input layers on
+ * w2l_dense.cu at batches up to W2L_DENSE_MAX_BATCH; cuDNN above). Only the accumulation order
+ * differs, but one fp16 rounding apart grows through the ~60 layers after it: the first layer
+ * alone put the outputs 0.004-0.0125 apart on the H200 (2026-12-02), each path 0.007-0.018 from
+ * the float64 reference; a wrong tap or channel is off by tenths. So the limit is the fp16
+ * path's own, 2e-2. The descriptions must say which kernels ran. */
 static void own_vs_cudnn(fc_w2l *m, const char *path, int maxb, const float *mel,
                          const float *faces, float *out, const int *batches, size_t nb) {
-  char how[512], how0[512];
-  fc_w2l_describe(m, how, sizeof how);
-  setenv("W2L_CUDA_OWN", "0", 1);
+  char how[512], how0[512], howd[512];
   int skipped;
+  setenv("W2L_CUDA_OWN", "0", 1);
   fc_w2l *m0 = load_cuda(path, FC_W2L_FP16, maxb, &skipped);
   unsetenv("W2L_CUDA_OWN");
-  FC_REQUIRE(m0);
-  fc_w2l_describe(m0, how0, sizeof how0);
-  FC_CHECK(strstr(how, "first layer on facecast's kernel") != NULL);
-  FC_CHECK(strstr(how0, "first layer on facecast's kernel") == NULL);
+  setenv("W2L_CUDA_DENSE", "1", 1);
+  fc_w2l *md = load_cuda(path, FC_W2L_FP16, maxb, &skipped);
+  unsetenv("W2L_CUDA_DENSE");
+  FC_REQUIRE(m0 && md);
   const size_t per_out = 3 * 96 * 96;
   float *ref = malloc((size_t)maxb * per_out * sizeof(float));
   FC_REQUIRE(ref);
-  for (size_t b = 0; b < nb; b++) {
-    int n = batches[b];
-    int err = 0;
-    for (int call = 0; call < 3 && !err; call++) /* eager, capture, replay */
-      if (!(err = fc_w2l_infer(m0, mel, faces, ref, n))) err = fc_w2l_infer(m, mel, faces, out, n);
-    FC_CHECK_INT(err, ==, FC_OK);
-    double e = err ? 1 : max_abs_diff(out, ref, (size_t)n * per_out);
-    fprintf(stderr, "  full width fp16, batch %3d: own first layer vs cuDNN's: max diff %.3g\n", n, e);
-    FC_CHECK(e <= 2e-2);
-  }
+  fc_w2l *cand[2] = {m, md};
+  static const char *what[2] = {"first layer", "first layer + whole-input layers"};
+  int small = 0;
+  for (size_t b = 0; b < nb; b++) small += batches[b] <= 32; /* W2L_DENSE_MAX_BATCH, w2l_cuda.h */
+  for (int c = 0; c < 2; c++)
+    for (size_t b = 0; b < nb; b++) {
+      int n = batches[b];
+      int err = 0;
+      for (int call = 0; call < 3 && !err; call++) /* eager, capture, replay */
+        if (!(err = fc_w2l_infer(m0, mel, faces, ref, n)))
+          err = fc_w2l_infer(cand[c], mel, faces, out, n);
+      FC_CHECK_INT(err, ==, FC_OK);
+      double e = err ? 1 : max_abs_diff(out, ref, (size_t)n * per_out);
+      fprintf(stderr, "  full width fp16, batch %3d: own kernels (%s) vs cuDNN's: max diff %.3g\n",
+              n, what[c], e);
+      FC_CHECK(e <= 2e-2);
+    }
+  fc_w2l_describe(m, how, sizeof how);
+  fc_w2l_describe(m0, how0, sizeof how0);
+  fc_w2l_describe(md, howd, sizeof howd);
+  fprintf(stderr, "  default: %s\n  W2L_CUDA_DENSE=1: %s\n", how, howd);
+  FC_CHECK(strstr(how, "first layer on facecast's kernel") != NULL);
+  FC_CHECK(strstr(how, "whole-input layers") == NULL); /* opt-in */
+  FC_CHECK(strstr(how0, "first layer on facecast's kernel") == NULL);
+  /* the 96 network's five whole-input layers in each small batch's plan */
+  const char *k = strstr(howd, "whole-input layers on facecast's kernel ");
+  int times = -1;
+  FC_CHECK(k && sscanf(k, "whole-input layers on facecast's kernel %d times", &times) == 1);
+  FC_CHECK(times >= 5 * small && times % 5 == 0);
   free(ref);
   fc_w2l_destroy(m0);
+  fc_w2l_destroy(md);
 }
 
 /* Optional, for the GPU machine: W2L_FULL_DIR=DIR (from tools/gen_wav2lip_golden.py --width 1)

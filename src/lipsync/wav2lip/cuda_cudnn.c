@@ -43,7 +43,10 @@
  * The 96 network's first layer (6 -> 16 channels, 7x7, at the face's full size) runs on our own
  * tensor-core kernel in fp16 (w2l_conv_first.cu: 1-4 % faster passes on the H200 than cuDNN's, whose
  * implicit GEMM is weakest on 8 input channels); W2L_CUDA_OWN=0 keeps cuDNN for it, the
- * reference the GPU tests compare the kernel with.
+ * reference the GPU tests compare the kernel with. W2L_CUDA_DENSE=1 (opt-in until measured on
+ * the GPU) runs the convolutions whose filter covers their whole input (3x3 on 3x3, 1x1 on 1x1:
+ * cuDNN takes 69 us for a 512 -> 512 one at batch 1) on w2l_dense.cu at batches up to
+ * W2L_DENSE_MAX_BATCH.
  *
  * Diagnostics (environment, read at load): W2L_CUDA_NOFUSE=1, W2L_CUDA_FIXED_ALGO=1,
  * W2L_CUDA_NOGRAPH=1, W2L_CUDA_TIMING=1 (each op's time by CUDA events on stderr, on the third
@@ -87,6 +90,7 @@ typedef struct cop {
   cudnnTensorDescriptor_t x, y;
   int algo;
   cudnnMathType_t math;
+  int dense; /* on w2l_cuda_dense instead of cuDNN (a whole-input convolution, small batch) */
 } cop;
 
 typedef struct cplan {
@@ -143,6 +147,10 @@ typedef struct cstate {
    * unless W2L_CUDA_OWN=0; its weights in that kernel's layout */
   int own_first;
   void *first_w;
+  /* whole-input convolutions (3x3 on 3x3, 1x1 on 1x1) at batches up to W2L_DENSE_MAX_BATCH on
+   * w2l_cuda_dense: opt-in (W2L_CUDA_DENSE=1) until measured on the GPU; n_dense: ops planned
+   * on it, over every plan */
+  int own_dense, n_dense;
   double search_s;       /* seconds spent in cudnnFind* */
   int n_cached, n_searched; /* convolutions set up from the cache / by a search */
   int save_failed;       /* the cache file could not be written (said once) */
@@ -276,8 +284,11 @@ static void cuda_describe(void *state, char *buf, size_t n) {
   const cstate *s = state;
   const char *path = NULL;
   w2l_algo_cache_stats(s->algos, NULL, NULL, NULL, &path);
-  snprintf(buf, n, "%scuDNN algorithms: %d from the cache, %d searched (%.2f s)%s%s",
-           s->own_first ? "first layer on facecast's kernel; " : "", s->n_cached,
+  char dense[64] = "";
+  if (s->own_dense)
+    snprintf(dense, sizeof dense, "whole-input layers on facecast's kernel %d times; ", s->n_dense);
+  snprintf(buf, n, "%s%scuDNN algorithms: %d from the cache, %d searched (%.2f s)%s%s",
+           s->own_first ? "first layer on facecast's kernel; " : "", dense, s->n_cached,
            s->n_searched, s->search_s, path ? "; cache " : "; no cache (FACECAST_CACHE_DIR=off)",
            path ? path : "");
 }
@@ -300,6 +311,18 @@ static int own_first_fits(const cstate *s, const w2l_layer *l) {
   return l->kind == W2L_CONV && l->cin <= FACE_CP && l->cout == 16 && l->kh == l->kw &&
          (l->kh == 3 || l->kh == 5 || l->kh == 7) && l->sh == 1 && l->sw == 1 &&
          l->ph == l->kh / 2 && l->pw == l->kw / 2 && l->relu && !l->residual;
+}
+
+/* Whether op o of a plan for batch runs on w2l_cuda_dense: the filter covers the whole unpadded
+ * input (one output pixel), fp16, a batch the kernel takes, and W2L_CUDA_DENSE=1 (read at
+ * load). Its weights are the layer's KRSC filter as it is: [cout][kh * kw * cin]. */
+static int dense_fits(const cstate *s, const fc_w2l *m, const w2l_op *o, int batch) {
+  const w2l_layer *l = &m->layers[o->layer];
+  const w2l_tensor *ti = &m->tensors[o->in], *to = &m->tensors[o->out];
+  const int K = ti->h * ti->w * ti->c;
+  return s->own_dense && l->kind == W2L_CONV && o->in != m->t_face && to->h == 1 && to->w == 1 &&
+         l->kh == ti->h && l->kw == ti->w && l->ph == 0 && l->pw == 0 && l->cin == ti->c &&
+         (!l->residual || K == l->cout) && w2l_cuda_dense_fits(batch, K, l->cout);
 }
 
 /* Its weights in the kernel's layout: [ky][tap pair][tap-in-pair * 8 + input channel][16]. */
@@ -372,6 +395,9 @@ static int create_inner(cstate *s, const fc_w2l *m) {
    * there (test_wav2lip, W2L_FULL_DIR); wav2lip256's test fixture is too narrow to reach it */
   if (!err && m->face == 96 && own_first_fits(s, &m->layers[m->ops[s->face_op].layer]))
     err = setup_own_first(s, &m->layers[m->ops[s->face_op].layer], host, tmp, maxw);
+  if ((ev = getenv("W2L_CUDA_DENSE")) && strcmp(ev, "1") == 0 && s->dtype == W2L_DT_F16 &&
+      !((ev = getenv("W2L_CUDA_OWN")) && strcmp(ev, "0") == 0))
+    s->own_dense = 1;
   free(host);
   cudaFree(tmp);
   if (err) return err;
@@ -542,6 +568,10 @@ static int build_plan(cstate *s, const fc_w2l *m, cplan *p) {
       return err;
     if ((err = tensor_desc(s, &po->y, to, p->batch, to->c))) return err;
     if (i == s->face_op && s->own_first) continue; /* w2l_cuda_conv_first: nothing to search */
+    if ((po->dense = dense_fits(s, m, o, p->batch))) { /* w2l_cuda_dense: nothing to search */
+      s->n_dense++;
+      continue;
+    }
     int half = s->dtype != W2L_DT_F32;
     DNN(cudnnSetConvolutionMathType(c->cd, half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
         "math type");
@@ -683,6 +713,13 @@ static int run_conv(cstate *s, const fc_w2l *m, const w2l_op *o, const cop *po, 
   const w2l_tensor *to = &m->tensors[o->out];
   void *x = s->tp[o->in], *y = s->tp[o->out];
   const float one = 1.f, zero = 0.f;
+  if (po->dense) { /* bias, residual and ReLU in its epilogue */
+    const w2l_tensor *ti = &m->tensors[o->in];
+    CU((cudaError_t)w2l_cuda_dense(x, c->w, c->b32, l->residual ? x : NULL, y, batch,
+                                   ti->h * ti->w * ti->c, l->cout, l->relu, st),
+       "whole-input layer kernel");
+    return FC_OK;
+  }
   /* fp32: FMA only, whatever Find reported (the default math type may allow TF32) */
   DNN(cudnnSetConvolutionMathType(c->cd, s->dtype != W2L_DT_F32 ? po->math : CUDNN_FMA_MATH),
       "math type");

@@ -56,6 +56,16 @@ int w2l_cuda_head(const void *x, int cin, const float *w, const float *bias, flo
 int w2l_cuda_conv_first(const void *x, const void *w, const float *bias, void *y, int n, int h,
                         int wd, int ks, cudaStream_t s);
 
+/* A convolution whose filter covers its whole unpadded input (one output pixel: 3x3 on 3x3,
+ * 1x1 on 1x1) as a matrix-vector product per frame, our own kernel (w2l_dense.cu), fp16 only:
+ * x [n][K] (a frame's NHWC input, K = h * w * cin), w [N][K] (KRSC), bias fp32 [N], z NULL or
+ * [n][N] added before the activation; y [n][N] = act(w x + bias (+ z)), act = ReLU if relu.
+ * _fits: n <= W2L_DENSE_MAX_BATCH, K % 8 == 0. */
+#define W2L_DENSE_MAX_BATCH 32
+int w2l_cuda_dense_fits(int n, int K, int N);
+int w2l_cuda_dense(const void *x, const void *w, const float *bias, const void *z, void *y, int n,
+                   int K, int N, int relu, cudaStream_t s);
+
 /* Compositing (w2l_composite.h), jobs = n device w2l_cjob, side = the model's face side (96 or
  * 256): each live job's face box in src (the source arena) resized into crops
  * [n][side][side][3]; and each live job's patch rect made from net [n][side][side][3] (the
