@@ -25,6 +25,9 @@ gi.require_version("GstSdp", "1.0")
 from gi.repository import Gst, GstSdp, GstWebRTC  # noqa: E402
 
 Gst.init(None)
+# Looked up once here: PyGObject fills enum classes lazily, and the first lookup from a
+# streaming thread (pad-added) once raised AttributeError under ThreadSanitizer's slowness.
+PAD_SRC = Gst.PadDirection.SRC
 LOCK = threading.Lock()
 STATE = {"posts": [], "resources": {}, "deletes": [], "refuse": False, "next": 1}
 PIPES = {}
@@ -49,7 +52,7 @@ class Resource:
             self.gathered.set()
 
     def on_pad(self, _, pad):
-        if pad.direction != Gst.PadDirection.SRC:
+        if pad.direction != PAD_SRC:
             return
         dec = Gst.ElementFactory.make("decodebin")
         dec.connect("pad-added", self.on_decoded)
