@@ -13,7 +13,7 @@
  * How: a block is 8 warps, one output channel a warp; the block stages its frames' inputs 256
  * values at a time in shared memory, each lane multiplies 8 consecutive weights (one 16-byte
  * load) with the 8 matching inputs of every frame, and the warp sums its lanes at the end. Up to
- * DENSE_MAX_BATCH frames a call (their partial sums live in registers); above that cuDNN's
+ * W2L_DENSE_MAX_BATCH frames a call (their partial sums live in registers); above that cuDNN's
  * tensor-core GEMMs are the better tool. fp16 data, fp32 accumulation and bias. */
 #include "lipsync/wav2lip/w2l_cuda.h"
 
