@@ -42,6 +42,9 @@
 #          `[BATCHES=1,16] [MODEL_BATCHES=1,16,...] bash build-serve-dev/serve-device.sh profile`:
 #          ncu's list of the kernels of one fp16 pass at each batch size and their durations
 #          (CSV under $OUT); MODEL_BATCHES: `bench model` fp16 at those sizes first, no profiler.
+#          `[PRESETS="ultrafast superfast"] [MODEL=wav2lip] [SECONDS_EACH=12] bash
+#          build-serve-dev/serve-device.sh still`: `facecast bench still` (the live encoder's
+#          two ways on a talking photo: CPU, bits, mouth PSNR) on that machine; still.jsonl.
 #          `[FREES="6000 2500 1200 600"] [LATE_FREES="64"] [SESSIONS=192] bash
 #          build-serve-dev/serve-device.sh oom`: the GPU made to run out of memory for real: for
 #          each FREE (MiB), a PyTorch process takes all of the card's memory but FREE, before
@@ -275,5 +278,22 @@ profile)
       --seconds 0.2 >"$OUT/ncu_b$b.csv" 2>&1
     echo "batch $b: $(grep -c gpu__time "$OUT/ncu_b$b.csv") kernels; $(grep '"bench":"model"' "$OUT/ncu_b$b.csv" | head -1)"
   done ;;
-*) echo "usage: $0 pack|test|run|serve256|oom|bulk|startup|kernel|profile" >&2; exit 2 ;;
+still)
+  # the live encoder's two ways on a talking photo (bench still): x264 for every picture
+  # against x264 key frames + fc_h264_still, at each of PRESETS (default ultrafast superfast);
+  # MODEL=wav2lip makes the pictures with Wav2Lip on the GPU (tools/make_bench_wav2lip.py's
+  # checkpoint) instead of the default lip-sync; JSON lines in $OUT/still.jsonl
+  unpack || exit 1; env_up; OUT=${OUT:-/tmp}
+  date -u; grep -m1 "model name" /proc/cpuinfo
+  M=""
+  if [ "${MODEL:-}" = wav2lip ]; then
+    CK=/tmp/bench-$(sha256sum <tools/make_bench_wav2lip.py | cut -c1-12).pth
+    [ -s $CK ] || timeout 100 python3 tools/make_bench_wav2lip.py $CK 2>&1 | tail -2
+    M="--model wav2lip --checkpoint $CK --device cuda"
+  fi
+  for P in ${PRESETS:-ultrafast superfast}; do
+    timeout 120 $X/facecast bench still --avatar $X/share/astronaut.png --preset $P \
+      --seconds ${SECONDS_EACH:-12} --runs 3 $M --json | tee -a "$OUT/still.jsonl"
+  done ;;
+*) echo "usage: $0 pack|test|run|serve256|oom|bulk|startup|kernel|profile|still" >&2; exit 2 ;;
 esac

@@ -38,7 +38,10 @@ static void bench_usage(FILE *f) {
         "                           [--size N|WxH] [--canvas WxH] [--captions] [--json]\n"
         "                           [--model NAME --checkpoint FILE] [--device D] [--preset P]\n"
         "       facecast bench startup [--runs N] [--timeout S] [--text TEXT] [--json]\n"
-        "                              [SERVE OPTIONS...]\n",
+        "                              [SERVE OPTIONS...]\n"
+        "       facecast bench still [--seconds S] [--size N|WxH] [--avatar IMG] [--preset P]\n"
+        "                            [--qp Q] [--runs N] [--model NAME --checkpoint FILE]\n"
+        "                            [--device D] [--json]\n",
         f);
 }
 
@@ -592,12 +595,13 @@ int fc_cmd_bench(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "pack") == 0) return fc_bench_pack(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "bulk") == 0) return fc_bench_bulk(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "startup") == 0) return fc_bench_startup(argc - 1, argv + 1);
+  if (argc >= 2 && strcmp(argv[1], "still") == 0) return fc_bench_still(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "chat") == 0) return bench_chat(argc - 1, argv + 1);
   if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
     bench_usage(stdout);
     return FC_EXIT_OK;
   }
-  fprintf(stderr, "facecast: error: bench: expected a benchmark name (render, serve, model, pack, chat, bulk, startup)\n");
+  fprintf(stderr, "facecast: error: bench: expected a benchmark name (render, serve, model, pack, chat, bulk, startup, still)\n");
   bench_usage(stderr);
   return FC_EXIT_INPUT;
 }

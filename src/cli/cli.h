@@ -34,6 +34,8 @@ void fc_cli_worker_started(const struct fc_server_params *p, int port);
 int fc_bench_pack(int argc, char **argv);
 /* facecast bench bulk (bench_bulk.c); argv[0] is "bulk". */
 int fc_bench_bulk(int argc, char **argv);
+/* facecast bench still (bench_still.c); argv[0] is "still". */
+int fc_bench_still(int argc, char **argv);
 /* facecast bench startup (bench_startup.c); argv[0] is "startup". */
 int fc_bench_startup(int argc, char **argv);
 

@@ -22,6 +22,7 @@
  * buffer GstVideoEncoder hands out; the mb_info arrays are made in set_format. */
 #include "media/x264_live.h"
 
+#include "media/h264_still.h"
 #include "media/h264enc.h"
 
 #include "core/tsan.h"
@@ -31,6 +32,7 @@
 #include <gst/video/gstvideoencoder.h>
 #include <gst/video/video.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <x264.h>
 
@@ -48,6 +50,14 @@ typedef struct FcX264Enc {
   uint8_t *mb[MB_RING];
   int mb_next;
   fc_i420_delta last; /* what the last encoded picture held against its still */
+  /* P pictures of a talking photo written by fc_h264_still (constant quantizer only) */
+  fc_h264_still *still;
+  uint8_t *still_out; /* one picture's bytes */
+  size_t still_cap;
+  int keyint;
+  int since_key;   /* pictures since the last key frame */
+  int x264_behind; /* the decoder's reference is ours, not x264's: x264 must start afresh */
+  int hold;        /* x264 codes until its next key frame (the still went away mid-stream) */
 } FcX264Enc;
 
 typedef struct FcX264EncClass {
@@ -83,6 +93,11 @@ static void close_encoder(FcX264Enc *e) {
   if (e->x) x264_encoder_close(e->x);
   e->x = NULL;
   for (int i = 0; i < MB_RING; i++) g_free(e->mb[i]), e->mb[i] = NULL;
+  fc_h264_still_destroy(e->still);
+  e->still = NULL;
+  g_free(e->still_out);
+  e->still_out = NULL;
+  e->since_key = e->x264_behind = e->hold = 0;
   if (e->in) gst_video_codec_state_unref(e->in);
   e->in = NULL;
   memset(&e->last, 0, sizeof e->last);
@@ -93,49 +108,70 @@ static gboolean enc_stop(GstVideoEncoder *enc) {
   return TRUE;
 }
 
-static gboolean enc_set_format(GstVideoEncoder *enc, GstVideoCodecState *state) {
-  FcX264Enc *e = (FcX264Enc *)enc;
-  close_encoder(e);
-  const GstVideoInfo *vi = &state->info;
+int fc_x264_live_params(x264_param_t *pp, const fc_x264_config *cfg, int width, int height,
+                        int fps_n, int fps_d) {
   x264_param_t p;
-  if (x264_param_default_preset(&p, e->preset, "zerolatency") < 0) return FALSE;
+  if (x264_param_default_preset(&p, cfg->preset, "zerolatency") < 0) return FC_EINVAL;
   p.i_log_level = X264_LOG_NONE;
-  p.i_width = GST_VIDEO_INFO_WIDTH(vi);
-  p.i_height = GST_VIDEO_INFO_HEIGHT(vi);
+  p.i_width = width;
+  p.i_height = height;
   p.i_csp = X264_CSP_I420;
-  p.i_threads = e->cfg.threads > 0 ? e->cfg.threads : 1;
-  p.i_fps_num = (uint32_t)(GST_VIDEO_INFO_FPS_N(vi) > 0 ? GST_VIDEO_INFO_FPS_N(vi) : 25);
-  p.i_fps_den = (uint32_t)(GST_VIDEO_INFO_FPS_D(vi) > 0 ? GST_VIDEO_INFO_FPS_D(vi) : 1);
+  p.i_threads = cfg->threads > 0 ? cfg->threads : 1;
+  p.i_fps_num = (uint32_t)(fps_n > 0 ? fps_n : 25);
+  p.i_fps_den = (uint32_t)(fps_d > 0 ? fps_d : 1);
   p.i_timebase_num = p.i_fps_den;
   p.i_timebase_den = p.i_fps_num;
   p.b_vfr_input = 0;
-  p.i_keyint_max = e->cfg.keyint > 0 ? e->cfg.keyint : 2 * (int)p.i_fps_num;
+  p.i_keyint_max = cfg->keyint > 0 ? cfg->keyint : 2 * (int)p.i_fps_num;
   p.b_repeat_headers = 1;
   p.b_annexb = 1;
   p.b_aud = 0;
   p.analyse.i_trellis = 0;
-  if (e->cfg.qp > 0) {
+  if (cfg->qp > 0) {
     p.rc.i_rc_method = X264_RC_CQP;
-    p.rc.i_qp_constant = e->cfg.qp;
+    p.rc.i_qp_constant = cfg->qp;
     p.analyse.b_mb_info = 1;
     /* No scene-cut test: with a constant quantizer it is the only reason x264 makes a
      * half-size copy of every picture and analyses it — 7-12 % of its time on a talking
      * photo, for key frames that keyint and the viewers' requests make anyway (same output
      * size and PSNR measured on the engine's pictures; docs/BENCHMARKS.md). */
     p.i_scenecut_threshold = 0;
+    /* x264's reconstruction of each picture, which fc_h264_still continues from */
+    p.b_full_recon = !cfg->x264_only;
   } else {
     p.rc.i_rc_method = X264_RC_CRF;
-    p.rc.f_rf_constant = (float)(e->cfg.crf > 0 ? e->cfg.crf : 23);
-    p.rc.i_vbv_max_bitrate = e->cfg.vbv_kbps;
-    p.rc.i_vbv_buffer_size = e->cfg.vbv_kbps * 600 / 1000;
+    p.rc.f_rf_constant = (float)(cfg->crf > 0 ? cfg->crf : 23);
+    p.rc.i_vbv_max_bitrate = cfg->vbv_kbps;
+    p.rc.i_vbv_buffer_size = cfg->vbv_kbps * 600 / 1000;
   }
-  if (x264_param_apply_profile(&p, "baseline") < 0 || !(e->x = x264_encoder_open(&p))) {
+  if (x264_param_apply_profile(&p, "baseline") < 0) return FC_EINVAL;
+  *pp = p;
+  return 0;
+}
+
+static gboolean enc_set_format(GstVideoEncoder *enc, GstVideoCodecState *state) {
+  FcX264Enc *e = (FcX264Enc *)enc;
+  close_encoder(e);
+  const GstVideoInfo *vi = &state->info;
+  x264_param_t p;
+  if (fc_x264_live_params(&p, &e->cfg, GST_VIDEO_INFO_WIDTH(vi), GST_VIDEO_INFO_HEIGHT(vi),
+                          GST_VIDEO_INFO_FPS_N(vi), GST_VIDEO_INFO_FPS_D(vi)) < 0 ||
+      !(e->x = x264_encoder_open(&p))) {
     GST_ELEMENT_ERROR(e, LIBRARY, SETTINGS, ("x264 refused its settings"), (NULL));
     return FALSE;
   }
   e->mbw = (p.i_width + 15) / 16;
   e->mbh = (p.i_height + 15) / 16;
   for (int i = 0; i < MB_RING; i++) e->mb[i] = g_malloc((gsize)e->mbw * e->mbh);
+  e->keyint = p.i_keyint_max;
+  if (e->cfg.qp > 0 && !e->cfg.x264_only) {
+    int err = 0;
+    /* NULL where the size is not in whole macroblocks: x264 then codes every picture */
+    if ((e->still = fc_h264_still_create(p.i_width, p.i_height, e->cfg.qp, &err))) {
+      e->still_cap = fc_h264_still_max_size(e->still);
+      e->still_out = g_malloc(e->still_cap);
+    }
+  }
   e->in = gst_video_codec_state_ref(state);
   GstCaps *caps = gst_caps_new_simple("video/x-h264", "stream-format", G_TYPE_STRING, "byte-stream",
                                       "alignment", G_TYPE_STRING, "au", "profile", G_TYPE_STRING,
@@ -156,6 +192,36 @@ static uint8_t *constant_map(FcX264Enc *e, const fc_i420_delta *d) {
   return m;
 }
 
+/* A P picture written by fc_h264_still, when this picture and the one before are the same
+ * still with a changed rect each, and no key frame is due. 1: written; 0: x264's turn. */
+static int still_picture(FcX264Enc *e, GstVideoCodecFrame *frame, GstVideoFrame *vf,
+                         const fc_i420_delta *d) {
+  if (!e->still || e->hold || !fc_h264_still_ready(e->still) ||
+      GST_VIDEO_CODEC_FRAME_IS_FORCE_KEYFRAME(frame) || e->since_key + 1 >= e->keyint)
+    return 0;
+  if (!d || !d->base || d->base != e->last.base) {
+    /* the still went away (another picture source): x264 takes over from a key frame and
+     * keeps the stream until its next one, so a flickering source costs one key frame per
+     * interval at most */
+    if (e->x264_behind) e->hold = 1;
+    return 0;
+  }
+  const uint8_t *pl[3];
+  int st[3];
+  for (int i = 0; i < 3; i++) {
+    pl[i] = GST_VIDEO_FRAME_PLANE_DATA(vf, i);
+    st[i] = GST_VIDEO_FRAME_PLANE_STRIDE(vf, i);
+  }
+  const int n = fc_h264_still_encode(e->still, pl, st, constant_map(e, d), e->still_out,
+                                     e->still_cap);
+  if (n < 0) return 0; /* cannot happen with still_cap; x264 then starts afresh */
+  frame->output_buffer = gst_video_encoder_allocate_output_buffer(GST_VIDEO_ENCODER(e), (gsize)n);
+  gst_buffer_fill(frame->output_buffer, 0, e->still_out, (gsize)n);
+  e->x264_behind = 1;
+  e->since_key++;
+  return 1;
+}
+
 static GstFlowReturn enc_handle_frame(GstVideoEncoder *enc, GstVideoCodecFrame *frame) {
   FcX264Enc *e = (FcX264Enc *)enc;
   if (!e->x || !e->in) {
@@ -168,6 +234,16 @@ static GstFlowReturn enc_handle_frame(GstVideoEncoder *enc, GstVideoCodecFrame *
     GST_ELEMENT_ERROR(e, STREAM, ENCODE, ("could not map a picture"), (NULL));
     return GST_FLOW_ERROR;
   }
+  const fc_i420_delta *d =
+      gst_mini_object_get_qdata(GST_MINI_OBJECT(frame->input_buffer), fc_x264_delta_quark());
+  if (d) FC_TSAN_ACQUIRE(d); /* the live output's hand-off (live.c fill_video) */
+  if (still_picture(e, frame, &vf, d)) {
+    gst_video_frame_unmap(&vf);
+    if (d) FC_TSAN_RELEASE(d);
+    e->last = *d;
+    return gst_video_encoder_finish_frame(enc, frame);
+  }
+
   x264_picture_t pic, out;
   x264_picture_init(&pic);
   pic.img.i_csp = X264_CSP_I420;
@@ -177,11 +253,10 @@ static GstFlowReturn enc_handle_frame(GstVideoEncoder *enc, GstVideoCodecFrame *
     pic.img.i_stride[i] = GST_VIDEO_FRAME_PLANE_STRIDE(&vf, i);
   }
   pic.i_pts = (int64_t)frame->system_frame_number;
-  const int force = GST_VIDEO_CODEC_FRAME_IS_FORCE_KEYFRAME(frame);
+  /* after pictures of fc_h264_still x264's reference is not the decoder's: a key frame */
+  const int force = GST_VIDEO_CODEC_FRAME_IS_FORCE_KEYFRAME(frame) || e->x264_behind ||
+                    (e->still && !e->hold && e->since_key + 1 >= e->keyint);
   pic.i_type = force ? X264_TYPE_IDR : X264_TYPE_AUTO;
-  const fc_i420_delta *d =
-      gst_mini_object_get_qdata(GST_MINI_OBJECT(frame->input_buffer), fc_x264_delta_quark());
-  if (d) FC_TSAN_ACQUIRE(d); /* the live output's hand-off (live.c fill_video) */
   if (e->cfg.qp > 0 && !force) pic.prop.mb_info = constant_map(e, d);
   e->last = d ? *d : (fc_i420_delta){0};
 
@@ -196,6 +271,24 @@ static GstFlowReturn enc_handle_frame(GstVideoEncoder *enc, GstVideoCodecFrame *
     return GST_FLOW_ERROR;
   }
   if (size == 0) return gst_video_encoder_finish_frame(enc, frame); /* nothing out: dropped */
+  if (out.b_keyframe) {
+    if (!e->x264_behind) e->hold = 0; /* a key frame of x264's own choosing ends a hold */
+    e->x264_behind = 0;
+    e->since_key = 0;
+  } else {
+    e->since_key++;
+  }
+  /* The next picture may be ours: follow this one (its reconstruction, as a decoder has it).
+   * While x264 holds the stream there is nothing to follow. */
+  if (e->still && !e->hold) {
+    const uint8_t *rp[3] = {out.img.plane[0], out.img.plane[1], out.img.plane[2]};
+    const int nv12 = (out.img.i_csp & X264_CSP_MASK) == X264_CSP_NV12;
+    if (fc_h264_still_sync(e->still, nals[0].p_payload, (size_t)size, rp, out.img.i_stride,
+                           nv12 ? 2 : 3) == FC_EUNSUPPORTED) {
+      fc_h264_still_destroy(e->still); /* this x264 writes what it cannot follow */
+      e->still = NULL;
+    }
+  }
   /* x264 lays a picture's NAL units out back to back from the first payload on. */
   frame->output_buffer = gst_video_encoder_allocate_output_buffer(enc, (gsize)size);
   gst_buffer_fill(frame->output_buffer, 0, nals[0].p_payload, (gsize)size);
@@ -233,6 +326,13 @@ GstElement *fc_x264enc_new(const fc_x264_config *cfg, int *err) {
   e->cfg = *cfg;
   g_strlcpy(e->preset, cfg->preset, sizeof e->preset);
   e->cfg.preset = e->preset;
+  /* Which writes a talking photo's P pictures: "auto" (the default) fc_h264_still with the
+   * ultrafast preset, where it matches x264's quality at the same bits (bench still), and x264
+   * with the others (their sub-sample motion and deblocking are worth 0.6 dB on the mouth at
+   * superfast); "own" fc_h264_still always; "x264" never. */
+  const char *which = getenv("FACECAST_STILL_ENCODER");
+  if (which && !strcmp(which, "x264")) e->cfg.x264_only = 1;
+  else if (!(which && !strcmp(which, "own")) && strcmp(e->preset, "ultrafast")) e->cfg.x264_only = 1;
   *err = 0;
   return GST_ELEMENT(e);
 }
