@@ -965,8 +965,9 @@ static void test_cuda_bf16(void) { cuda_case(FC_W2L_BF16); }
 
 /* fp16 at full width: facecast's own kernels against cuDNN for every layer (W2L_CUDA_OWN=0, the
  * reference), same inputs, every batch: the default model (the first layer on
- * w2l_conv_first.cu) and one with W2L_CUDA_DENSE=1 as well (the whole-input layers on
- * w2l_dense.cu at batches up to W2L_DENSE_MAX_BATCH; cuDNN above). Only the accumulation order
+ * w2l_conv_first.cu, the three 1x1-on-1x1 layers on w2l_dense.cu at batches up to
+ * W2L_DENSE_MAX_BATCH; cuDNN above) and one with W2L_CUDA_DENSE=all (the two 3x3-on-3x3 layers
+ * on w2l_dense.cu as well). Only the accumulation order
  * differs, but one fp16 rounding apart grows through the ~60 layers after it: the first layer
  * alone put the outputs 0.004-0.0125 apart on the H200 (2026-12-02), each path 0.007-0.018 from
  * the float64 reference; a wrong tap or channel is off by tenths. So the limit is the fp16
@@ -978,7 +979,7 @@ static void own_vs_cudnn(fc_w2l *m, const char *path, int maxb, const float *mel
   setenv("W2L_CUDA_OWN", "0", 1);
   fc_w2l *m0 = load_cuda(path, FC_W2L_FP16, maxb, &skipped);
   unsetenv("W2L_CUDA_OWN");
-  setenv("W2L_CUDA_DENSE", "1", 1);
+  setenv("W2L_CUDA_DENSE", "all", 1);
   fc_w2l *md = load_cuda(path, FC_W2L_FP16, maxb, &skipped);
   unsetenv("W2L_CUDA_DENSE");
   FC_REQUIRE(m0 && md);
@@ -986,7 +987,7 @@ static void own_vs_cudnn(fc_w2l *m, const char *path, int maxb, const float *mel
   float *ref = malloc((size_t)maxb * per_out * sizeof(float));
   FC_REQUIRE(ref);
   fc_w2l *cand[2] = {m, md};
-  static const char *what[2] = {"first layer", "first layer + whole-input layers"};
+  static const char *what[2] = {"first layer + 1x1 layers", "first layer + whole-input layers"};
   int small = 0;
   for (size_t b = 0; b < nb; b++) small += batches[b] <= 32; /* W2L_DENSE_MAX_BATCH, w2l_cuda.h */
   for (int c = 0; c < 2; c++)
@@ -1005,13 +1006,18 @@ static void own_vs_cudnn(fc_w2l *m, const char *path, int maxb, const float *mel
   fc_w2l_describe(m, how, sizeof how);
   fc_w2l_describe(m0, how0, sizeof how0);
   fc_w2l_describe(md, howd, sizeof howd);
-  fprintf(stderr, "  default: %s\n  W2L_CUDA_DENSE=1: %s\n", how, howd);
+  fprintf(stderr, "  default: %s\n  W2L_CUDA_DENSE=all: %s\n", how, howd);
   FC_CHECK(strstr(how, "first layer on facecast's kernel") != NULL);
-  FC_CHECK(strstr(how, "whole-input layers") == NULL); /* opt-in */
   FC_CHECK(strstr(how0, "first layer on facecast's kernel") == NULL);
-  /* the 96 network's five whole-input layers in each small batch's plan */
-  const char *k = strstr(howd, "whole-input layers on facecast's kernel ");
+  FC_CHECK(strstr(how0, "whole-input layers") == NULL);
+  /* the 96 network's three 1x1-on-1x1 layers in each small batch's plan by default, its five
+   * whole-input layers with W2L_CUDA_DENSE=all */
+  const char *k = strstr(how, "whole-input layers on facecast's kernel ");
   int times = -1;
+  FC_CHECK(k && sscanf(k, "whole-input layers on facecast's kernel %d times", &times) == 1);
+  FC_CHECK(times >= 3 * small && times % 3 == 0);
+  k = strstr(howd, "whole-input layers on facecast's kernel ");
+  times = -1;
   FC_CHECK(k && sscanf(k, "whole-input layers on facecast's kernel %d times", &times) == 1);
   FC_CHECK(times >= 5 * small && times % 5 == 0);
   free(ref);

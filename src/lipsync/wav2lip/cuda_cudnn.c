@@ -43,10 +43,12 @@
  * The 96 network's first layer (6 -> 16 channels, 7x7, at the face's full size) runs on our own
  * tensor-core kernel in fp16 (w2l_conv_first.cu: 1-4 % faster passes on the H200 than cuDNN's, whose
  * implicit GEMM is weakest on 8 input channels); W2L_CUDA_OWN=0 keeps cuDNN for it, the
- * reference the GPU tests compare the kernel with. W2L_CUDA_DENSE=1 (opt-in until measured on
- * the GPU) runs the convolutions whose filter covers their whole input (3x3 on 3x3, 1x1 on 1x1:
- * cuDNN takes 69 us for a 512 -> 512 one at batch 1) on w2l_dense.cu at batches up to
- * W2L_DENSE_MAX_BATCH.
+ * reference the GPU tests compare the kernel with. The 1x1 convolutions on a 1x1 input (512 ->
+ * 512: cuDNN runs them on a generic kernel, 69.7 us each at batch 1 on the H200; ours 4.6 us)
+ * run on w2l_dense.cu at batches up to W2L_DENSE_MAX_BATCH: batch 1 0.87 -> 0.74 ms, batch 16
+ * 0.86 -> 0.75 ms (docs/BENCHMARKS.md). W2L_CUDA_DENSE=0 keeps cuDNN for them; W2L_CUDA_DENSE=all
+ * puts the 3x3-on-3x3 ones there too (measured slower than cuDNN: 20.6 against 12.8 us, kept
+ * for the parity test and for trying the kernel).
  *
  * Diagnostics (environment, read at load): W2L_CUDA_NOFUSE=1, W2L_CUDA_FIXED_ALGO=1,
  * W2L_CUDA_NOGRAPH=1, W2L_CUDA_TIMING=1 (each op's time by CUDA events on stderr, on the third
@@ -147,9 +149,9 @@ typedef struct cstate {
    * unless W2L_CUDA_OWN=0; its weights in that kernel's layout */
   int own_first;
   void *first_w;
-  /* whole-input convolutions (3x3 on 3x3, 1x1 on 1x1) at batches up to W2L_DENSE_MAX_BATCH on
-   * w2l_cuda_dense: opt-in (W2L_CUDA_DENSE=1) until measured on the GPU; n_dense: ops planned
-   * on it, over every plan */
+  /* whole-input convolutions at batches up to W2L_DENSE_MAX_BATCH on w2l_cuda_dense: 0 none
+   * (W2L_CUDA_DENSE=0, W2L_CUDA_OWN=0), 1 the 1x1 ones (default), 2 the 3x3 ones too
+   * (W2L_CUDA_DENSE=all); n_dense: ops planned on it, over every plan */
   int own_dense, n_dense;
   double search_s;       /* seconds spent in cudnnFind* */
   int n_cached, n_searched; /* convolutions set up from the cache / by a search */
@@ -314,13 +316,14 @@ static int own_first_fits(const cstate *s, const w2l_layer *l) {
 }
 
 /* Whether op o of a plan for batch runs on w2l_cuda_dense: the filter covers the whole unpadded
- * input (one output pixel), fp16, a batch the kernel takes, and W2L_CUDA_DENSE=1 (read at
- * load). Its weights are the layer's KRSC filter as it is: [cout][kh * kw * cin]. */
+ * input (one output pixel), 1x1 unless W2L_CUDA_DENSE=all, fp16, a batch the kernel takes.
+ * Its weights are the layer's KRSC filter as it is: [cout][kh * kw * cin]. */
 static int dense_fits(const cstate *s, const fc_w2l *m, const w2l_op *o, int batch) {
   const w2l_layer *l = &m->layers[o->layer];
   const w2l_tensor *ti = &m->tensors[o->in], *to = &m->tensors[o->out];
   const int K = ti->h * ti->w * ti->c;
-  return s->own_dense && l->kind == W2L_CONV && o->in != m->t_face && to->h == 1 && to->w == 1 &&
+  return s->own_dense && (s->own_dense == 2 || l->kh == 1) && l->kind == W2L_CONV &&
+         o->in != m->t_face && to->h == 1 && to->w == 1 &&
          l->kh == ti->h && l->kw == ti->w && l->ph == 0 && l->pw == 0 && l->cin == ti->c &&
          (!l->residual || K == l->cout) && w2l_cuda_dense_fits(batch, K, l->cout);
 }
@@ -395,9 +398,10 @@ static int create_inner(cstate *s, const fc_w2l *m) {
    * there (test_wav2lip, W2L_FULL_DIR); wav2lip256's test fixture is too narrow to reach it */
   if (!err && m->face == 96 && own_first_fits(s, &m->layers[m->ops[s->face_op].layer]))
     err = setup_own_first(s, &m->layers[m->ops[s->face_op].layer], host, tmp, maxw);
-  if ((ev = getenv("W2L_CUDA_DENSE")) && strcmp(ev, "1") == 0 && s->dtype == W2L_DT_F16 &&
-      !((ev = getenv("W2L_CUDA_OWN")) && strcmp(ev, "0") == 0))
-    s->own_dense = 1;
+  if (s->dtype == W2L_DT_F16 && !((ev = getenv("W2L_CUDA_OWN")) && strcmp(ev, "0") == 0)) {
+    ev = getenv("W2L_CUDA_DENSE");
+    s->own_dense = !ev ? 1 : !strcmp(ev, "0") ? 0 : !strcmp(ev, "all") ? 2 : 1;
+  }
   free(host);
   cudaFree(tmp);
   if (err) return err;
