@@ -1,5 +1,8 @@
 /* The Wav2Lip "cuda" backend's whole-picture convolutions at small batches as our own kernel
- * (w2l_cuda.h: w2l_cuda_dense). Opt-in (W2L_CUDA_DENSE=1) until measured on the GPU.
+ * (w2l_cuda.h: w2l_cuda_dense). The engine runs the three 1x1 ones on it by default (4.5-4.7 us
+ * each at batch 1 on the H200 against cuDNN's 69.7); the two 3x3 ones stay on cuDNN, which is
+ * faster there (12.8 against 20.6 us: each 256-wide step through K waits on one weight load a
+ * lane), unless W2L_CUDA_DENSE=all (docs/BENCHMARKS.md).
  *
  * Why: five convolutions of the 96 network see their whole input at once — a 3x3 kernel on a
  * 3x3 picture or a 1x1 kernel on a 1x1 one, no padding, one output pixel (face_encoder_blocks.6
