@@ -48,13 +48,28 @@ def settle_fds(pid, want, timeout=5.0):
 
 
 def raw(port, data, timeout=5.0, tls=None):
-    """Sends raw bytes, returns (status or None, body bytes, whole answer)."""
+    """Sends raw bytes, returns (status or None, body bytes, whole answer). A large request is
+    sent from a thread while this one reads: a server that answers without reading the body
+    and closes leaves the sender blocked on a full window, and the reset that the close sends
+    would otherwise reach the client before it ever read the answer (seen once under TSan)."""
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     if tls:
         s = tls.wrap_socket(s, server_hostname="localhost")
     got = b""
+
+    def send():
+        try:
+            s.sendall(data)
+        except (OSError, ValueError):  # reset, closed under it: the answer is what counts
+            pass
+
+    sender = None
     try:
-        s.sendall(data)
+        if len(data) > 65536 and not tls:
+            sender = threading.Thread(target=send, daemon=True)
+            sender.start()
+        else:
+            s.sendall(data)
         while True:
             b = s.recv(65536)
             if not b:
@@ -68,6 +83,12 @@ def raw(port, data, timeout=5.0, tls=None):
     except (socket.timeout, ConnectionResetError, BrokenPipeError):
         pass
     finally:
+        if sender:
+            try:
+                s.shutdown(socket.SHUT_RDWR)  # unblocks the sender
+            except OSError:
+                pass
+            sender.join(timeout)
         s.close()
     m = re.match(rb"HTTP/1\.1 (\d+)", got)
     return (int(m.group(1)) if m else None), got.partition(b"\r\n\r\n")[2], got
