@@ -12,6 +12,7 @@
 
 #include "media/h264_cavlc.h"
 #include "media/h264_still_internal.h"
+#include "media/h264enc.h"
 
 #include "facecast/error.h"
 
@@ -265,21 +266,12 @@ int fc_h264_still_sync(fc_h264_still *s, const uint8_t *au, size_t n,
   s->ready = 0;
   int rc = FC_EFORMAT, slice = 0;
   bitr r;
-  for (size_t i = 0; i + 3 < n;) {
-    /* the next start code, and the NAL unit up to the one after it */
-    if (!(au[i] == 0 && au[i + 1] == 0 && au[i + 2] == 1)) {
-      i++;
-      continue;
-    }
-    const size_t start = i + 3;
-    size_t end = start;
-    while (end + 2 < n && !(au[end] == 0 && au[end + 1] == 0 && (au[end + 2] <= 1))) end++;
-    if (end + 2 >= n) end = n;
-    i = end;
-    if (start >= n) break;
-    const int type = au[start] & 31;
+  const uint8_t *nal;
+  size_t nal_len, pos = 0;
+  while (fc_h264_next_nal(au, n, &pos, &nal, &nal_len)) {
+    const int type = nal[0] & 31;
     if (type != 7 && type != 8 && type != 1 && type != 5) continue;
-    bitr_init(&r, au + start, end - start);
+    bitr_init(&r, nal, nal_len);
     if (type == 7) rc = read_sps(s, &r);
     else if (type == 8) rc = s->have_sps ? read_pps(s, &r) : FC_EFORMAT;
     else if (!slice) rc = s->have_pps ? read_slice(s, &r, type == 5) : FC_EFORMAT, slice = 1;

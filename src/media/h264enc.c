@@ -214,6 +214,22 @@ static size_t find_start(const uint8_t *b, size_t len, size_t from) {
   return len;
 }
 
+int fc_h264_next_nal(const uint8_t *buf, size_t len, size_t *pos, const uint8_t **nal,
+                     size_t *nal_len) {
+  for (size_t p = find_start(buf, len, *pos); p < len; p = find_start(buf, len, p + 3)) {
+    const size_t start = p + 3;
+    size_t end = find_start(buf, len, start);
+    *pos = end;
+    while (end > start && !buf[end - 1]) end--; /* trailing zeros: the next start code's */
+    if (end > start) {
+      *nal = buf + start, *nal_len = end - start;
+      return 1;
+    }
+  }
+  *pos = len;
+  return 0;
+}
+
 int fc_h264_next_au(const uint8_t *buf, size_t len, size_t *pos, uint8_t *out, size_t out_cap,
                     fc_h264_au *au) {
   memset(au, 0, sizeof *au);

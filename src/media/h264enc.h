@@ -68,6 +68,12 @@ typedef struct fc_h264_au {
 int fc_h264_next_au(const uint8_t *buf, size_t len, size_t *pos, uint8_t *out, size_t out_cap,
                     fc_h264_au *au);
 
+/* The NAL unit after *pos of an Annex B buffer: *nal and *nal_len (header byte included,
+ * without the next start code's zeros), *pos moved past it. 1, or 0 at the end of buf. Shared
+ * with fc_h264_still's reading of x264's parameter sets (h264_still.c). */
+int fc_h264_next_nal(const uint8_t *buf, size_t len, size_t *pos, const uint8_t **nal,
+                     size_t *nal_len);
+
 /* The avcC record (ISO/IEC 14496-15) of one SPS and one PPS, for the muxer's codec_data.
  * Returns its length (at most 11 + sps_len + pps_len, written to out), or FC_EFORMAT. */
 int fc_h264_avcc(const uint8_t *sps, size_t sps_len, const uint8_t *pps, size_t pps_len,

@@ -278,9 +278,11 @@ static GstFlowReturn enc_handle_frame(GstVideoEncoder *enc, GstVideoCodecFrame *
   } else {
     e->since_key++;
   }
-  /* The next picture may be ours: follow this one (its reconstruction, as a decoder has it).
-   * While x264 holds the stream there is nothing to follow. */
-  if (e->still && !e->hold) {
+  /* The next picture may be ours: follow this one (its reconstruction, as a decoder has it)
+   * when it is described against a still; an undescribed one (a source without deltas, the
+   * WHIP push's) or x264 holding the stream leaves nothing to follow, and the picture after an
+   * undescribed one is x264's again (its e->last has no still). */
+  if (e->still && !e->hold && d && d->base) {
     const uint8_t *rp[3] = {out.img.plane[0], out.img.plane[1], out.img.plane[2]};
     const int nv12 = (out.img.i_csp & X264_CSP_MASK) == X264_CSP_NV12;
     if (fc_h264_still_sync(e->still, nals[0].p_payload, (size_t)size, rp, out.img.i_stride,
