@@ -28,6 +28,13 @@ Gst.init(None)
 # Looked up once here: PyGObject fills enum classes lazily, and the first lookup from a
 # streaming thread (pad-added) once raised AttributeError under ThreadSanitizer's slowness.
 PAD_SRC = Gst.PadDirection.SRC
+# The same for the methods the streaming threads call (Caps.get_structure, Caps.from_string,
+# Structure.get_name/get_value): one call each here fills them in (a CI run under TSan saw
+# AttributeError for both Caps methods from decodebin's pad-added).
+_warm = Gst.Caps.from_string("audio/x-raw,format=S16LE,channels=1,rate=48000")
+_warm.get_structure(0).get_name()
+_warm.get_structure(0).get_value("rate")
+del _warm
 LOCK = threading.Lock()
 STATE = {"posts": [], "resources": {}, "deletes": [], "refuse": False, "next": 1}
 PIPES = {}
