@@ -128,8 +128,9 @@ def chat_pocketsphinx(question, llm):
         heard = fin[0]["text"] if fin else None
         start_ev = ev.wait(lambda: [d for n, d, _ in ev.items if n == "chat" and d["status"] == "start"], 10)
         check(start_ev and start_ev[0]["text"] == heard, f"the transcript is the chat turn's text ({heard!r})")
-        check(len(llm.requests) > n_req and llm.requests[-1]["body"]["messages"][-1]["content"] == heard,
-              "and the LLM is asked it")
+        # The turn's start event goes out before its request reaches the LLM: wait for it.
+        asked = ev.wait(lambda: llm.requests[n_req:], 5)
+        check(asked and asked[-1]["body"]["messages"][-1]["content"] == heard, "and the LLM is asked it")
         turn = start_ev[0]["turn"] if start_ev else 0
         sp = ev.wait(lambda: [d for d in ev.chat(turn) if d["status"] == "speaking"], 15)
         tl = sp[0]["timeline"] if sp else {}
