@@ -76,6 +76,13 @@ env_up() {
   export GST_REGISTRY=/tmp/gstreg.bin GST_PLUGIN_SCANNER=/nonexistent
   export FACECAST_DATA_DIR=$X/share/data # the default portrait
 }
+wait_ready() { # until the server on port $1 answers /healthz (60 s at most)
+  python3 -c "
+import sys, time, urllib.request
+for i in range(600):
+    try: urllib.request.urlopen('http://127.0.0.1:%s/healthz' % sys.argv[1], timeout=1); break
+    except Exception: time.sleep(0.1)" "$1"
+}
 case "${1:-}" in
 pack)
   cd "$(dirname "$0")/.."
@@ -233,11 +240,7 @@ startup)
     FACECAST_CACHE_DIR=/tmp/algos-fresh timeout 60 $X/facecast serve --port 18555 --avatar $AV \
       --model wav2lip --checkpoint $CK --device ${DEV:-cuda} >"$OUT/serve_$pass.log" 2>&1 &
     SP=$!
-    python3 -c "
-import time, urllib.request
-for i in range(600):
-    try: urllib.request.urlopen('http://127.0.0.1:18555/healthz', timeout=1); break
-    except Exception: time.sleep(0.1)"
+    wait_ready 18555
     echo "$pass: $(grep 'ready in' "$OUT/serve_$pass.log")"; kill $SP; wait $SP 2>/dev/null
   done ;;
 kernel)
@@ -295,5 +298,35 @@ still)
     timeout 120 $X/facecast bench still --avatar $X/share/astronaut.png --preset $P \
       --seconds ${SECONDS_EACH:-12} --runs 3 $M --json | tee -a "$OUT/still.jsonl"
   done ;;
-*) echo "usage: $0 pack|test|run|serve256|oom|bulk|startup|kernel|profile|still" >&2; exit 2 ;;
+search)
+  # cuDNN's algorithm search from an empty cache, each of WAYS (default "plain ex"; a way is
+  # plain (cudnnFind*, W2L_CUDA_FIND=plain) or ex (cudnnFind*Ex on the model's own buffers),
+  # optionally :MB, the search's workspace limit, W2L_CUDA_SEARCH_MB): a server's start from
+  # an empty cache (its own line: the search's seconds by batch size), then `bench model` fp16
+  # at BATCHES on each way's cached choices, then the GPU tests from an empty cache.
+  unpack || exit 1; env_up; OUT=${OUT:-/tmp}
+  date -u; nvidia-smi -L
+  CK=/tmp/bench-$(sha256sum <tools/make_bench_wav2lip.py | cut -c1-12).pth
+  [ -s $CK ] || timeout 100 python3 tools/make_bench_wav2lip.py $CK 2>&1 | tail -2
+  AV=$X/share/astronaut.png
+  for w in ${WAYS:-plain ex}; do
+    way=${w%%:*}; mb=$([ "$w" = "$way" ] || echo ${w#*:}); tag=$way${mb:+-$mb}
+    rm -rf /tmp/algos-$tag
+    W2L_CUDA_SEARCH_MB=$mb W2L_CUDA_FIND=$way FACECAST_CACHE_DIR=/tmp/algos-$tag timeout 60 \
+      $X/facecast serve --port 18555 --avatar $AV --model wav2lip --checkpoint $CK \
+      --device ${DEV:-cuda} >"$OUT/serve_$tag.log" 2>&1 &
+    SP=$!
+    wait_ready 18555
+    echo "$tag: $(grep 'ready in' "$OUT/serve_$tag.log")"; kill $SP; wait $SP 2>/dev/null
+  done
+  for w in ${WAYS:-plain ex}; do
+    way=${w%%:*}; mb=$([ "$w" = "$way" ] || echo ${w#*:}); tag=$way${mb:+-$mb}
+    [ -e /tmp/algos-$tag/done ] && continue
+    touch /tmp/algos-$tag/done; echo "$tag:"
+    FACECAST_CACHE_DIR=/tmp/algos-$tag timeout 100 $X/facecast bench model --checkpoint $CK \
+      --device cuda --dtype fp16 --batches ${BATCHES:-1,16,128} --seconds 0.6 --json
+  done | tee "$OUT/model.jsonl"
+  [ -n "${TEST-1}" ] && rm -rf /tmp/algos && (cd $X && FACECAST_CACHE_DIR=/tmp/algos timeout ${TEST_S:-150} ./test_wav2lip >"$OUT/test_wav2lip.log" 2>&1)
+  [ -n "${TEST-1}" ] && echo "test_wav2lip: exit $? $(grep -c '^ok' "$OUT/test_wav2lip.log") ok, $(grep -c '^FAIL' "$OUT/test_wav2lip.log") FAIL" ;;
+*) echo "usage: $0 pack|test|run|serve256|oom|bulk|startup|kernel|profile|still|search" >&2; exit 2 ;;
 esac

@@ -7,8 +7,9 @@
  * fp32 for our epilogue kernel, with a copy in the data type for the fused cuDNN call.
  *
  * Per batch size a plan is built the first time that size is used and kept: tensor descriptors
- * and the fastest algorithm of each convolution (cudnnFind*, which times them), plus one shared
- * workspace grown to the largest need. The search is most of a server's start-up, so its
+ * and the fastest algorithm of each convolution (cudnnFind*Ex, which times them on the model's
+ * own buffers and one search workspace; W2L_CUDA_FIND=plain: cudnnFind*, which allocates its
+ * own per call, 0.3-1 s more per start), plus one shared workspace grown to the largest need. The search is most of a server's start-up, so its
  * choices are kept on disk per GPU model and cuDNN version (algo_cache.h) and a restart asks
  * cuDNN only for a cached algorithm's workspace (searching again if cuDNN refuses it). Inference then allocates nothing: the inputs go through
  * pinned host staging buffers, are converted on the device (NCHW floats, or RGB bytes -> the six
@@ -51,7 +52,8 @@
  * for the parity test and for trying the kernel).
  *
  * Diagnostics (environment, read at load): W2L_CUDA_NOFUSE=1, W2L_CUDA_FIXED_ALGO=1,
- * W2L_CUDA_NOGRAPH=1, W2L_CUDA_TIMING=1 (each op's time by CUDA events on stderr, on the third
+ * W2L_CUDA_FIND=plain (see above), W2L_CUDA_SEARCH_MB=N (time only the algorithms that need at most
+ * N MiB of workspace; default 2048), W2L_CUDA_NOGRAPH=1, W2L_CUDA_TIMING=1 (each op's time by CUDA events on stderr, on the third
  * eager pass of each batch size; implies no graphs), W2L_CUDA_PROFILE=1 (cudaProfilerStart/Stop
  * around the first resident run, for `ncu --profile-from-start off`) and W2L_CUDA_DEBUG=1 (per-op algorithm and
  * output range on stderr; that one allocates, syncs and never captures). */
@@ -98,6 +100,7 @@ typedef struct cop {
 typedef struct cplan {
   int batch;
   int warm;                           /* ran once eagerly */
+  double search_s;                    /* seconds its algorithm search took */
   int passes;                         /* eager passes so far (W2L_CUDA_TIMING) */
   cudaGraphExec_t graph[W2L_IO_COUNT]; /* per I/O kind, captured on the second call */
   int nograph[W2L_IO_COUNT];          /* capture failed: stay eager */
@@ -154,6 +157,10 @@ typedef struct cstate {
    * (W2L_CUDA_DENSE=all); n_dense: ops planned on it, over every plan */
   int own_dense, n_dense;
   double search_s;       /* seconds spent in cudnnFind* */
+  int find_plain;        /* W2L_CUDA_FIND=plain: cudnnFind* (cuDNN's own buffers), not *Ex */
+  size_t search_limit;   /* the most workspace a searched algorithm may take */
+  void *search_ws;       /* cudnnFind*Ex's workspace, while a plan is built */
+  size_t search_ws_size;
   int n_cached, n_searched; /* convolutions set up from the cache / by a search */
   int save_failed;       /* the cache file could not be written (said once) */
 } cstate;
@@ -211,6 +218,13 @@ static void cuda_destroy(void *state) {
   cudaFreeHost(s->h_in);
   cudaFreeHost(s->h_out);
   cudaFree(s->ws);
+  cudaFree(s->ws2);
+  cudaFree(s->search_ws);
+  for (int k = 0; k < 2; k++) cudaFree(s->abuf[k]);
+  if (s->fork) cudaEventDestroy(s->fork);
+  if (s->join) cudaEventDestroy(s->join);
+  if (s->h2) cudnnDestroy(s->h2);
+  if (s->st2) cudaStreamDestroy(s->st2);
   for (int i = 0; i <= W2L_MAX_OPS; i++)
     if (s->ev[i]) cudaEventDestroy(s->ev[i]);
   if (s->relu) cudnnDestroyActivationDescriptor(s->relu);
@@ -289,10 +303,17 @@ static void cuda_describe(void *state, char *buf, size_t n) {
   char dense[64] = "";
   if (s->own_dense)
     snprintf(dense, sizeof dense, "whole-input layers on facecast's kernel %d times; ", s->n_dense);
-  snprintf(buf, n, "%s%scuDNN algorithms: %d from the cache, %d searched (%.2f s)%s%s",
+  char by[160] = ""; /* the search's seconds by batch size, smallest first */
+  size_t k = 0;
+  for (int b = 1; s->n_searched && b <= 1 << 20 && k < sizeof by; b *= 2)
+    for (const cplan *p = s->plans; p && k < sizeof by; p = p->next)
+      if (p->batch == b && p->search_s > 0)
+        k += (size_t)snprintf(by + k, sizeof by - k, "%s%d: %.2f", k ? ", " : "; batch ", b,
+                              p->search_s);
+  snprintf(buf, n, "%s%scuDNN algorithms: %d from the cache, %d searched (%.2f s%s, %s)%s%s",
            s->own_first ? "first layer on facecast's kernel; " : "", dense, s->n_cached,
-           s->n_searched, s->search_s, path ? "; cache " : "; no cache (FACECAST_CACHE_DIR=off)",
-           path ? path : "");
+           s->n_searched, s->search_s, by, s->find_plain ? "cudnnFind" : "cudnnFindEx",
+           path ? "; cache " : "; no cache (FACECAST_CACHE_DIR=off)", path ? path : "");
 }
 
 static size_t cuda_device_bytes(void *state) { return ((cstate *)state)->peak; }
@@ -484,6 +505,9 @@ static int cuda_create(const fc_w2l *m, void **state) {
   s->debug = (ev = getenv("W2L_CUDA_DEBUG")) && atoi(ev) > 0;
   s->timing = (ev = getenv("W2L_CUDA_TIMING")) && atoi(ev) > 0;
   s->profile = (ev = getenv("W2L_CUDA_PROFILE")) && atoi(ev) > 0;
+  s->find_plain = (ev = getenv("W2L_CUDA_FIND")) && strcmp(ev, "plain") == 0;
+  s->search_limit = (ev = getenv("W2L_CUDA_SEARCH_MB")) && atoi(ev) > 0 && (size_t)atoi(ev) << 20 < WS_LIMIT
+                        ? (size_t)atoi(ev) << 20 : WS_LIMIT;
   s->nograph = s->debug || s->timing || ((ev = getenv("W2L_CUDA_NOGRAPH")) && atoi(ev) > 0);
   int err = create_inner(s, m);
   if (err) {
@@ -559,6 +583,89 @@ static void save_algos(cstate *s) {
           fc_error_detail(FC_EIO));
 }
 
+/* The search's workspace: at least want bytes (at most WS_LIMIT) when the device has them,
+ * else as much as it gives in halvings (algorithms that need more are then not timed, as
+ * cudnnFind* drops those it cannot allocate for). */
+static size_t search_room(cstate *s, size_t want) {
+  if (want > s->search_limit) want = s->search_limit;
+  if (want <= s->search_ws_size) return s->search_ws_size;
+  /* at least 16 MiB and twice the last size: fewer reallocations (each one a device sync) */
+  size_t n = 2 * s->search_ws_size > ((size_t)16 << 20) ? 2 * s->search_ws_size : (size_t)16 << 20;
+  n = n > s->search_limit ? s->search_limit : n < want ? want : n;
+  cudaFree(s->search_ws);
+  s->search_ws = NULL, s->search_ws_size = 0;
+  for (; n >= want || n >= ((size_t)1 << 20); n /= 2)
+    if (cudaMalloc(&s->search_ws, n) == cudaSuccess) {
+      note_memory(s); /* a start's peak includes it */
+      return s->search_ws_size = n;
+    }
+  cudaGetLastError(); /* the failed allocations' error, not a sticky one */
+  s->search_ws = NULL;
+  return 0;
+}
+
+/* Times every algorithm of op o at the plan's batch (po's descriptors) and picks the fastest
+ * that runs with at most WS_LIMIT of workspace: *best 0 and po->algo/math, *mem; *best -1 when
+ * none. cudnnFind*Ex on the model's own device buffers (the op's input, weights and output,
+ * all sized for the largest batch) and one workspace grown to the largest need: cudnnFind*
+ * allocates and frees its tensors and workspaces on every call instead. A plan's outputs are
+ * recomputed by every pass, so what the search writes there is never read. */
+static int search(cstate *s, const fc_w2l *m, const w2l_op *o, cop *po, int half, int *best,
+                  size_t *mem) {
+  const w2l_layer *l = &m->layers[o->layer];
+  clayer *c = &s->layers[o->layer];
+  void *x = s->tp[o->in], *y = s->tp[o->out];
+  int got = 0, fwd = l->kind == W2L_CONV;
+  *best = -1;
+  DNN(cudnnSetConvolutionMathType(c->cd, half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
+      "math type"); /* cached_ok may have set another */
+  size_t want = 0, n;
+  for (int a = 0; !s->find_plain && a < (fwd ? CUDNN_CONVOLUTION_FWD_ALGO_COUNT
+                                            : CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT); a++) {
+    cudnnStatus_t st =
+        fwd ? cudnnGetConvolutionForwardWorkspaceSize(s->h, po->x, c->wd, c->cd, po->y,
+                                                      (cudnnConvolutionFwdAlgo_t)a, &n)
+            : cudnnGetConvolutionBackwardDataWorkspaceSize(s->h, c->wd, po->x, c->cd, po->y,
+                                                           (cudnnConvolutionBwdDataAlgo_t)a, &n);
+    if (st == CUDNN_STATUS_SUCCESS && n <= s->search_limit && n > want) want = n;
+  }
+  size_t room = s->find_plain ? 0 : search_room(s, want);
+  if (s->debug)
+    fprintf(stderr, "w2l cuda: search %s: workspace %zu of %zu wanted, x %p y %p\n", l->name, room,
+            want, x, y);
+  if (fwd) {
+    cudnnConvolutionFwdAlgoPerf_t perf[NALGO];
+    if (s->find_plain)
+      DNN(cudnnFindConvolutionForwardAlgorithm(s->h, po->x, c->wd, c->cd, po->y, NALGO, &got, perf),
+          l->name);
+    else
+      DNN(cudnnFindConvolutionForwardAlgorithmEx(s->h, po->x, x, c->wd, c->w, c->cd, po->y, y,
+                                                 NALGO, &got, perf, s->search_ws, room),
+          l->name);
+    for (int k = 0; s->debug && k < got; k++)
+      fprintf(stderr, "w2l cuda: search %s: algo %d math %d status %d time %.4f ms memory %zu\n",
+              l->name, (int)perf[k].algo, (int)perf[k].mathType, (int)perf[k].status, perf[k].time,
+              perf[k].memory);
+    for (int k = 0; k < got && *best < 0; k++)
+      if (perf[k].status == CUDNN_STATUS_SUCCESS && perf[k].memory <= s->search_limit)
+        *best = 0, po->algo = (int)perf[k].algo, po->math = perf[k].mathType, *mem = perf[k].memory;
+  } else {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[NALGO];
+    if (s->find_plain)
+      DNN(cudnnFindConvolutionBackwardDataAlgorithm(s->h, c->wd, po->x, c->cd, po->y, NALGO, &got,
+                                                    perf),
+          l->name);
+    else
+      DNN(cudnnFindConvolutionBackwardDataAlgorithmEx(s->h, c->wd, c->w, po->x, x, c->cd, po->y,
+                                                      y, NALGO, &got, perf, s->search_ws, room),
+          l->name);
+    for (int k = 0; k < got && *best < 0; k++)
+      if (perf[k].status == CUDNN_STATUS_SUCCESS && perf[k].memory <= s->search_limit)
+        *best = 0, po->algo = (int)perf[k].algo, po->math = perf[k].mathType, *mem = perf[k].memory;
+  }
+  return FC_OK;
+}
+
 static int build_plan(cstate *s, const fc_w2l *m, cplan *p) {
   for (int i = 0; i < m->nops; i++) {
     const w2l_op *o = &m->ops[i];
@@ -579,7 +686,7 @@ static int build_plan(cstate *s, const fc_w2l *m, cplan *p) {
     int half = s->dtype != W2L_DT_F32;
     DNN(cudnnSetConvolutionMathType(c->cd, half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
         "math type");
-    int got = 0, best = -1;
+    int best = -1;
     size_t mem = 0;
     char key[200] = "";
     w2l_algo cached;
@@ -603,30 +710,11 @@ static int build_plan(cstate *s, const fc_w2l *m, cplan *p) {
                cached_ok(s, l, c, po, &cached, &mem)) {
       best = 0, po->algo = cached.algo, po->math = (cudnnMathType_t)cached.math;
       s->n_cached++;
-    } else if (l->kind == W2L_CONV) {
-      gint64 t0 = g_get_monotonic_time();
-      DNN(cudnnSetConvolutionMathType(c->cd, half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
-          "math type"); /* cached_ok may have set another */
-      cudnnConvolutionFwdAlgoPerf_t perf[NALGO];
-      DNN(cudnnFindConvolutionForwardAlgorithm(s->h, po->x, c->wd, c->cd, po->y, NALGO, &got, perf),
-          l->name);
-      for (int k = 0; k < got && best < 0; k++)
-        if (perf[k].status == CUDNN_STATUS_SUCCESS && perf[k].memory <= WS_LIMIT)
-          best = k, po->algo = (int)perf[k].algo, po->math = perf[k].mathType, mem = perf[k].memory;
-      s->search_s += (double)(g_get_monotonic_time() - t0) / 1e6, s->n_searched++;
-      if (best >= 0 && *key) remember(s, key, po, mem);
     } else {
       gint64 t0 = g_get_monotonic_time();
-      DNN(cudnnSetConvolutionMathType(c->cd, half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
-          "math type");
-      cudnnConvolutionBwdDataAlgoPerf_t perf[NALGO];
-      DNN(cudnnFindConvolutionBackwardDataAlgorithm(s->h, c->wd, po->x, c->cd, po->y, NALGO, &got,
-                                                    perf),
-          l->name);
-      for (int k = 0; k < got && best < 0; k++)
-        if (perf[k].status == CUDNN_STATUS_SUCCESS && perf[k].memory <= WS_LIMIT)
-          best = k, po->algo = (int)perf[k].algo, po->math = perf[k].mathType, mem = perf[k].memory;
-      s->search_s += (double)(g_get_monotonic_time() - t0) / 1e6, s->n_searched++;
+      if ((err = search(s, m, o, po, half, &best, &mem))) return err;
+      double took = (double)(g_get_monotonic_time() - t0) / 1e6;
+      s->search_s += took, p->search_s += took, s->n_searched++;
       if (best >= 0 && *key) remember(s, key, po, mem);
     }
     if (best < 0)
@@ -690,6 +778,8 @@ static int cuda_prepare(void *state, const fc_w2l *m, int batch) {
   if (!p) return FC_ENOMEM;
   p->batch = batch;
   int err = build_plan(s, m, p);
+  cudaFree(s->search_ws); /* the search's room is not kept for serving */
+  s->search_ws = NULL, s->search_ws_size = 0;
   if (err) { /* dropped, so a later call tries again */
     free_plan(p);
     return err;
