@@ -299,34 +299,41 @@ still)
       --seconds ${SECONDS_EACH:-12} --runs 3 $M --json | tee -a "$OUT/still.jsonl"
   done ;;
 search)
-  # cuDNN's algorithm search from an empty cache, each of WAYS (default "plain ex"; a way is
-  # plain (cudnnFind*, W2L_CUDA_FIND=plain) or ex (cudnnFind*Ex on the model's own buffers),
-  # optionally :MB, the search's workspace limit, W2L_CUDA_SEARCH_MB): a server's start from
-  # an empty cache (its own line: the search's seconds by batch size), then `bench model` fp16
-  # at BATCHES on each way's cached choices, then the GPU tests from an empty cache.
+  # cuDNN's algorithm search from an empty cache, each of WAYS (default "default
+  # W2L_CUDA_SEARCH_UPTO=0"): a way is "default" or environment settings joined by '+', e.g.
+  # W2L_CUDA_FIND=plain+W2L_CUDA_SEARCH_UPTO=0 (cudnnFind* and every batch size timed, the
+  # search before 2026-12-02) or W2L_CUDA_SEARCH_MB=64. Each way: a server's start from an
+  # empty cache (its own line: the search's seconds by batch size), then `bench model` fp16 at
+  # BATCHES with that way's settings and cache, twice, the ways taking turns; then the GPU
+  # tests from an empty cache (TEST="" skips them).
   unpack || exit 1; env_up; OUT=${OUT:-/tmp}
   date -u; nvidia-smi -L
   CK=/tmp/bench-$(sha256sum <tools/make_bench_wav2lip.py | cut -c1-12).pth
   [ -s $CK ] || timeout 100 python3 tools/make_bench_wav2lip.py $CK 2>&1 | tail -2
   AV=$X/share/astronaut.png
-  for w in ${WAYS:-plain ex}; do
-    way=${w%%:*}; mb=$([ "$w" = "$way" ] || echo ${w#*:}); tag=$way${mb:+-$mb}
-    rm -rf /tmp/algos-$tag
-    W2L_CUDA_SEARCH_MB=$mb W2L_CUDA_FIND=$way FACECAST_CACHE_DIR=/tmp/algos-$tag timeout 60 \
+  WAYS=${WAYS:-default W2L_CUDA_SEARCH_UPTO=0}
+  for w in $WAYS; do
+    tag=$(echo "$w" | tr -c 'A-Za-z0-9=\n' _); rm -rf /tmp/algos-$tag
+    env $(echo "$w" | tr + ' ' | sed 's/^default$//') FACECAST_CACHE_DIR=/tmp/algos-$tag timeout 60 \
       $X/facecast serve --port 18555 --avatar $AV --model wav2lip --checkpoint $CK \
       --device ${DEV:-cuda} >"$OUT/serve_$tag.log" 2>&1 &
     SP=$!
     wait_ready 18555
-    echo "$tag: $(grep 'ready in' "$OUT/serve_$tag.log")"; kill $SP; wait $SP 2>/dev/null
+    echo "$w: $(grep 'ready in' "$OUT/serve_$tag.log")"; kill $SP; wait $SP 2>/dev/null
   done
-  for w in ${WAYS:-plain ex}; do
-    way=${w%%:*}; mb=$([ "$w" = "$way" ] || echo ${w#*:}); tag=$way${mb:+-$mb}
-    [ -e /tmp/algos-$tag/done ] && continue
-    touch /tmp/algos-$tag/done; echo "$tag:"
-    FACECAST_CACHE_DIR=/tmp/algos-$tag timeout 100 $X/facecast bench model --checkpoint $CK \
-      --device cuda --dtype fp16 --batches ${BATCHES:-1,16,128} --seconds 0.6 --json
+  for round in 1 2; do
+    for w in $WAYS; do
+      tag=$(echo "$w" | tr -c 'A-Za-z0-9=\n' _); echo "$w (round $round):"
+      env $(echo "$w" | tr + ' ' | sed 's/^default$//') FACECAST_CACHE_DIR=/tmp/algos-$tag timeout 100 \
+        $X/facecast bench model --checkpoint $CK --device cuda --dtype fp16 \
+        --batches ${BATCHES:-1,16,32,64,128} --seconds 0.6 --json
+    done
   done | tee "$OUT/model.jsonl"
+  # the default's cold starts as `bench startup` measures them (the first from an empty cache)
+  [ -n "${STARTUP:-}" ] && timeout 120 $X/facecast bench startup \
+    --runs 3 --avatar $AV --model wav2lip --checkpoint $CK --device ${DEV:-cuda} 2>&1 | tee "$OUT/startup.txt" | tail -9
   [ -n "${TEST-1}" ] && rm -rf /tmp/algos && (cd $X && FACECAST_CACHE_DIR=/tmp/algos timeout ${TEST_S:-150} ./test_wav2lip >"$OUT/test_wav2lip.log" 2>&1)
-  [ -n "${TEST-1}" ] && echo "test_wav2lip: exit $? $(grep -c '^ok' "$OUT/test_wav2lip.log") ok, $(grep -c '^FAIL' "$OUT/test_wav2lip.log") FAIL" ;;
+  [ -n "${TEST-1}" ] && echo "test_wav2lip: exit $? $(grep -c '^ok' "$OUT/test_wav2lip.log") ok, $(grep -c '^FAIL' "$OUT/test_wav2lip.log") FAIL"
+  true ;;
 *) echo "usage: $0 pack|test|run|serve256|oom|bulk|startup|kernel|profile|still|search" >&2; exit 2 ;;
 esac

@@ -28,6 +28,12 @@
  * model's activations take 130 MB at 16 frames, wav2lip256's about 0.9 GB). */
 #define CPU_BATCH 16
 #define GPU_BATCH 128
+/* A GPU's algorithm search times batch sizes up to this; 64 and 128 take its choices (a first
+ * start's search was 2.9 s with them timed, 1.75 s of it theirs, for the same algorithms: the
+ * H200's figures in docs/BENCHMARKS.md). */
+#define SEARCH_UPTO 32
+/* The second batch size set up (then powers of two): see warm_up */
+#define WARM_SECOND 16
 /* The warm-up jobs' key: avatar keys are a serial shifted left by 24 bits, far below this. */
 #define WARM_KEY (~0ull)
 
@@ -57,8 +63,11 @@ static int warm_base(void *user, int j) {
   return FC_OK;
 }
 
-/* Sets up every power-of-two batch a GPU will run (algorithm search, graph capture) now rather
- * than in the middle of a stream: each size twice (eager, then captured). */
+/* Sets up the batch sizes a GPU will run (algorithm search, graph capture) now rather than in
+ * the middle of a stream: each size twice (eager, then captured). 1, then 16 and every power of
+ * two up to the largest: fc_w2l_composite pads a batch to the smallest size set up, and 2-15
+ * frames cost about what 16 do (a latency-bound pass: 0.57 ms at 1, 0.72 at 16 on the H200),
+ * so sizes 2, 4 and 8 would only add search and capture to every first start. */
 static int warm_up(w2l_state *st) {
   static const float mel[FC_W2L_MEL_H * FC_W2L_MEL_W];
   const int s = fc_w2l_face_size(st->net); /* a box of the crop's own size */
@@ -67,8 +76,11 @@ static int warm_up(w2l_state *st) {
   for (int k = 0; k < st->max_batch; k++)
     st->jobs[k] = (fc_w2l_job){.key = WARM_KEY, .box_w = s, .box_h = s, .y0 = s / 2, .rgb = rgb,
                                .rgb_stride = s * 3, .mel = mel, .out = out};
-  for (int b = 1; !err && b <= st->max_batch; b *= 2)
+  for (int b = 1; !err; b = b == 1 ? WARM_SECOND : b * 2) {
+    if (b > st->max_batch) b = st->max_batch;
     for (int k = 0; !err && k < 2; k++) err = fc_w2l_composite(st->net, st->jobs, b, warm_base, st);
+    if (b == st->max_batch) break;
+  }
   free(rgb);
   free(out);
   return err;
@@ -89,7 +101,7 @@ static int w2l_create(const fc_lipsync_params *p, void **state) {
   gint64 t0 = g_get_monotonic_time(), t_loaded = t0;
   for (st->max_batch = gpu ? GPU_BATCH : CPU_BATCH;; st->max_batch /= 2) {
     fc_w2l_params wp = {.device = p->device, .max_batch = st->max_batch,
-                        .dtype = gpu ? FC_W2L_FP16 : FC_W2L_FP32};
+                        .dtype = gpu ? FC_W2L_FP16 : FC_W2L_FP32, .search_upto = SEARCH_UPTO};
     if (!(st->net = fc_w2l_load(p->checkpoint, &wp, &err))) goto retry;
     t_loaded = g_get_monotonic_time();
     if (!(st->jobs = calloc((size_t)st->max_batch, sizeof *st->jobs)) ||
@@ -111,8 +123,8 @@ static int w2l_create(const fc_lipsync_params *p, void **state) {
     char how[512];
     gint64 t1 = g_get_monotonic_time();
     fc_w2l_describe(st->net, how, sizeof how);
-    fprintf(stderr, "facecast: wav2lip on %s ready in %.2f s: network loaded in %.2f s, batches "
-                    "1-%d set up and captured in %.2f s; %s\n", p->device, (double)(t1 - t0) / 1e6,
+    fprintf(stderr, "facecast: wav2lip on %s ready in %.2f s: network loaded in %.2f s, batch "
+                    "sizes up to %d set up and captured in %.2f s; %s\n", p->device, (double)(t1 - t0) / 1e6,
             (double)(t_loaded - t0) / 1e6, st->max_batch, (double)(t1 - t_loaded) / 1e6, how);
   }
   *state = st;

@@ -9,7 +9,8 @@
  * Per batch size a plan is built the first time that size is used and kept: tensor descriptors
  * and the fastest algorithm of each convolution (cudnnFind*Ex, which times them on the model's
  * own buffers and one search workspace; W2L_CUDA_FIND=plain: cudnnFind*, which allocates its
- * own per call, 0.3-1 s more per start), plus one shared workspace grown to the largest need. The search is most of a server's start-up, so its
+ * own per call, 0.3-1 s more per start), plus one shared workspace grown to the largest need
+ * (cuda_plan.c; the state both files share is in cuda_cudnn.h). The search is most of a server's start-up, so its
  * choices are kept on disk per GPU model and cuDNN version (algo_cache.h) and a restart asks
  * cuDNN only for a cached algorithm's workspace (searching again if cuDNN refuses it). Inference then allocates nothing: the inputs go through
  * pinned host staging buffers, are converted on the device (NCHW floats, or RGB bytes -> the six
@@ -57,10 +58,8 @@
  * eager pass of each batch size; implies no graphs), W2L_CUDA_PROFILE=1 (cudaProfilerStart/Stop
  * around the first resident run, for `ncu --profile-from-start off`) and W2L_CUDA_DEBUG=1 (per-op algorithm and
  * output range on stderr; that one allocates, syncs and never captures). */
-#include "lipsync/wav2lip/algo_cache.h"
+#include "lipsync/wav2lip/cuda_cudnn.h"
 #include "lipsync/wav2lip/w2l_composite.h"
-#include "lipsync/wav2lip/w2l_cuda.h"
-#include "lipsync/wav2lip/w2l_internal.h"
 
 #include "facecast/error.h"
 
@@ -74,108 +73,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define WS_LIMIT ((size_t)2 << 30) /* largest workspace an algorithm may ask for */
-#define NALGO 8
-/* The face input is stored with 8 channels (6 and two zeros): tensor-core convolutions want
- * channel counts in multiples of 8, and the first layer on 6 was the slowest layer per FLOP. */
-#define FACE_CP 8
-
-typedef struct clayer {
-  cudnnFilterDescriptor_t wd;
-  cudnnConvolutionDescriptor_t cd;
-  cudnnTensorDescriptor_t bd_dt, bd_f32; /* bias [1][cout][1][1] in the data type / fp32 */
-  void *w;                               /* KRSC, data type */
-  float *b32;                            /* fp32 bias */
-  void *bdt;                             /* bias in the data type (== b32 for fp32) */
-  int fused;                             /* 0 untried, 1 bias in dt, 2 fp32 bias, -1 unfused */
-} clayer;
-
-typedef struct cop {
-  cudnnTensorDescriptor_t x, y;
-  int algo;
-  cudnnMathType_t math;
-  int dense; /* on w2l_cuda_dense instead of cuDNN (a whole-input convolution, small batch) */
-} cop;
-
-typedef struct cplan {
-  int batch;
-  int warm;                           /* ran once eagerly */
-  double search_s;                    /* seconds its algorithm search took */
-  int passes;                         /* eager passes so far (W2L_CUDA_TIMING) */
-  cudaGraphExec_t graph[W2L_IO_COUNT]; /* per I/O kind, captured on the second call */
-  int nograph[W2L_IO_COUNT];          /* capture failed: stay eager */
-  cop ops[W2L_MAX_OPS];
-  struct cplan *next;
-} cplan;
-
-typedef struct cstate {
-  int dev, dtype;
-  size_t esz;
-  cudnnDataType_t dt;
-  cudaStream_t st;
-  cudnnHandle_t h;
-  cudnnActivationDescriptor_t relu;
-  clayer layers[W2L_NLAYERS];
-  int nlayers;
-  void **slots;
-  int nslots;
-  /* staging, sized for the float I/O; the byte I/O uses the same buffers: in = faces (floats
-   * or bytes) at 0, then mel (floats) at mel_off bytes; out = floats or bytes */
-  char *d_in, *h_in;
-  void *d_out, *h_out;
-  size_t mel_off;
-  void *ws;
-  size_t ws_size;
-  /* the audio encoder runs on a second lane (stream, cuDNN handle, workspace) beside the face
-   * encoder: they are independent, and at small batches the critical path is the op count */
-  cudaStream_t st2;
-  cudnnHandle_t h2;
-  void *ws2;
-  cudaEvent_t fork, join;
-  int audio_first, audio_last; /* op range of the audio encoder; -1: none (one lane) */
-  void *abuf[2];               /* its activations, ping-pong: model.c's slot plan assumes one
-                                * op at a time, so the concurrent lane must not use its slots */
-  void *tp[W2L_MAX_TENSORS];   /* where each tensor lives on the device */
-  void *face;    /* the face input, NHWC with FACE_CP channels (not a model.c slot) */
-  int face_op;   /* the op that reads it */
-  float *head_w; /* the last layer (1x1, -> 3 channels) as [3][cin] fp32, for w2l_cuda_head */
-  cplan *plans;
-  size_t free0, peak; /* free device memory before load; peak held since (bytes) */
-  w2l_ccache *cc;     /* fc_w2l_composite's device state, made on its first call */
-  /* diagnostics from the environment, read at load: W2L_CUDA_NOFUSE=1 never uses the fused
-   * cuDNN call; W2L_CUDA_FIXED_ALGO=1 takes IMPLICIT_PRECOMP_GEMM / BWD_DATA_ALGO_1 instead of
-   * timing the algorithms; W2L_CUDA_DEBUG=1 prints each op's algorithm and output range */
-  int nofuse, fixed_algo, debug, nograph, timing, profile;
-  cudaEvent_t ev[W2L_MAX_OPS + 1]; /* W2L_CUDA_TIMING */
-  w2l_algo_cache *algos; /* the algorithms chosen so far, from and to the disk */
-  /* the first layer (face_op) by our own kernel (w2l_conv_first.cu) instead of cuDNN: fp16,
-   * unless W2L_CUDA_OWN=0; its weights in that kernel's layout */
-  int own_first;
-  void *first_w;
-  /* whole-input convolutions at batches up to W2L_DENSE_MAX_BATCH on w2l_cuda_dense: 0 none
-   * (W2L_CUDA_DENSE=0, W2L_CUDA_OWN=0), 1 the 1x1 ones (default), 2 the 3x3 ones too
-   * (W2L_CUDA_DENSE=all); n_dense: ops planned on it, over every plan */
-  int own_dense, n_dense;
-  double search_s;       /* seconds spent in cudnnFind* */
-  int find_plain;        /* W2L_CUDA_FIND=plain: cudnnFind* (cuDNN's own buffers), not *Ex */
-  size_t search_limit;   /* the most workspace a searched algorithm may take */
-  void *search_ws;       /* cudnnFind*Ex's workspace, while a plan is built */
-  size_t search_ws_size;
-  int n_cached, n_searched; /* convolutions set up from the cache / by a search */
-  int save_failed;       /* the cache file could not be written (said once) */
-} cstate;
-
-static int dnn_err(cudnnStatus_t s, const char *what) {
-  return fc_error_set(s == CUDNN_STATUS_ALLOC_FAILED ? FC_ENOMEM : FC_EUNSUPPORTED,
-                      "wav2lip cuda: %s: %s", what, cudnnGetErrorString(s));
-}
-
 #define CU W2L_CU
-#define DNN(call, what)                                                                            \
-  do {                                                                                             \
-    cudnnStatus_t s_ = (call);                                                                     \
-    if (s_ != CUDNN_STATUS_SUCCESS) return dnn_err(s_, what);                                      \
-  } while (0)
 
 static void free_plan(cplan *p) {
   for (int i = 0; i < W2L_IO_COUNT; i++)
@@ -287,7 +185,7 @@ static int setup_layer(cstate *s, const w2l_layer *l, clayer *c, int cpad, float
 }
 
 /* Samples the device memory this model holds (after each step that allocates). */
-static void note_memory(cstate *s) {
+void w2l_cudnn_note_memory(cstate *s) {
   size_t fr = 0, total = 0;
   if (cudaMemGetInfo(&fr, &total) != cudaSuccess) {
     cudaGetLastError();
@@ -310,9 +208,12 @@ static void cuda_describe(void *state, char *buf, size_t n) {
       if (p->batch == b && p->search_s > 0)
         k += (size_t)snprintf(by + k, sizeof by - k, "%s%d: %.2f", k ? ", " : "; batch ", b,
                               p->search_s);
-  snprintf(buf, n, "%s%scuDNN algorithms: %d from the cache, %d searched (%.2f s%s, %s)%s%s",
+  char like[64] = "";
+  if (s->n_inherited)
+    snprintf(like, sizeof like, ", %d as at batch %d", s->n_inherited, s->search_upto);
+  snprintf(buf, n, "%s%scuDNN algorithms: %d from the cache, %d searched (%.2f s%s, %s)%s%s%s",
            s->own_first ? "first layer on facecast's kernel; " : "", dense, s->n_cached,
-           s->n_searched, s->search_s, by, s->find_plain ? "cudnnFind" : "cudnnFindEx",
+           s->n_searched, s->search_s, by, s->find_plain ? "cudnnFind" : "cudnnFindEx", like,
            path ? "; cache " : "; no cache (FACECAST_CACHE_DIR=off)", path ? path : "");
 }
 
@@ -334,19 +235,6 @@ static int own_first_fits(const cstate *s, const w2l_layer *l) {
   return l->kind == W2L_CONV && l->cin <= FACE_CP && l->cout == 16 && l->kh == l->kw &&
          (l->kh == 3 || l->kh == 5 || l->kh == 7) && l->sh == 1 && l->sw == 1 &&
          l->ph == l->kh / 2 && l->pw == l->kw / 2 && l->relu && !l->residual;
-}
-
-/* Whether op o of a plan for batch runs on w2l_cuda_dense: the filter covers the whole unpadded
- * input (one output pixel), 1x1 unless W2L_CUDA_DENSE=all, fp16, a batch the kernel takes.
- * Its weights are the layer's KRSC filter as it is: [cout][kh * kw * cin]. */
-static int dense_fits(const cstate *s, const fc_w2l *m, const w2l_op *o, int batch) {
-  const w2l_layer *l = &m->layers[o->layer];
-  const w2l_tensor *ti = &m->tensors[o->in], *to = &m->tensors[o->out];
-  const int K = ti->h * ti->w * ti->c;
-  return s->own_dense && (s->own_dense == 2 || l->kh == 1) && l->kind == W2L_CONV &&
-         o->in != m->t_face && to->h == 1 && to->w == 1 &&
-         l->kh == ti->h && l->kw == ti->w && l->ph == 0 && l->pw == 0 && l->cin == ti->c &&
-         (!l->residual || K == l->cout) && w2l_cuda_dense_fits(batch, K, l->cout);
 }
 
 /* Its weights in the kernel's layout: [ky][tap pair][tap-in-pair * 8 + input channel][16]. */
@@ -486,7 +374,7 @@ static int create_inner(cstate *s, const fc_w2l *m) {
       s->tp[m->ops[i].out] = s->abuf[(i - s->audio_first) & 1];
   }
   CU(cudaStreamSynchronize(s->st), "activation buffers");
-  note_memory(s);
+  w2l_cudnn_note_memory(s);
   return FC_OK;
 }
 
@@ -506,6 +394,7 @@ static int cuda_create(const fc_w2l *m, void **state) {
   s->timing = (ev = getenv("W2L_CUDA_TIMING")) && atoi(ev) > 0;
   s->profile = (ev = getenv("W2L_CUDA_PROFILE")) && atoi(ev) > 0;
   s->find_plain = (ev = getenv("W2L_CUDA_FIND")) && strcmp(ev, "plain") == 0;
+  s->search_upto = m->search_upto;
   s->search_limit = (ev = getenv("W2L_CUDA_SEARCH_MB")) && atoi(ev) > 0 && (size_t)atoi(ev) << 20 < WS_LIMIT
                         ? (size_t)atoi(ev) << 20 : WS_LIMIT;
   s->nograph = s->debug || s->timing || ((ev = getenv("W2L_CUDA_NOGRAPH")) && atoi(ev) > 0);
@@ -515,216 +404,6 @@ static int cuda_create(const fc_w2l *m, void **state) {
     return err;
   }
   *state = s;
-  return FC_OK;
-}
-
-static int tensor_desc(cstate *s, cudnnTensorDescriptor_t *d, const w2l_tensor *t, int batch,
-                       int c) {
-  DNN(cudnnCreateTensorDescriptor(d), "tensor");
-  DNN(cudnnSetTensor4dDescriptor(*d, CUDNN_TENSOR_NHWC, s->dt, batch, c, t->h, t->w), "tensor");
-  return FC_OK;
-}
-
-static int grow_ws(cstate *s, size_t need) {
-  if (need <= s->ws_size) return FC_OK;
-  /* the graphs captured so far name the old workspace: drop them, the next call recaptures */
-  for (cplan *p = s->plans; p; p = p->next)
-    for (int i = 0; i < W2L_IO_COUNT; i++)
-      if (p->graph[i]) cudaGraphExecDestroy(p->graph[i]), p->graph[i] = NULL;
-  cudaFree(s->ws);
-  cudaFree(s->ws2);
-  s->ws = s->ws2 = NULL, s->ws_size = 0;
-  CU(cudaMalloc(&s->ws, need), "workspace");
-  if (s->st2) CU(cudaMalloc(&s->ws2, need), "workspace");
-  s->ws_size = need;
-  return FC_OK;
-}
-
-/* The cache's key for one convolution: what cuDNN's choice depends on (direction, data type,
- * batch, input and output shapes, filter, padding, stride), in a form a person can read. 0 when
- * it does not fit (then the op is searched and not cached). */
-static int algo_key(char *key, size_t n, const cstate *s, const w2l_layer *l, int batch,
-                    const w2l_tensor *ti, const w2l_tensor *to) {
-  static const char *dts[] = {"f32", "f16", "bf16"};
-  int cin = ti->c < FACE_CP ? FACE_CP : ti->c; /* the face input is stored with FACE_CP */
-  int k = snprintf(key, n, "%s.%s.n%d.x%dx%dx%d.y%dx%dx%d.k%dx%d.s%dx%d.p%dx%d",
-                   l->kind == W2L_CONV ? "fwd" : "bwd", dts[s->dtype], batch, ti->h, ti->w, cin,
-                   to->h, to->w, to->c, l->kh, l->kw, l->sh, l->sw, l->ph, l->pw);
-  if (k <= 0 || (size_t)k >= n) key[0] = 0;
-  return key[0] != 0;
-}
-
-/* A cached choice, if cuDNN still takes it for this convolution: its workspace in *mem. */
-static int cached_ok(cstate *s, const w2l_layer *l, clayer *c, const cop *po, const w2l_algo *a,
-                     size_t *mem) {
-  if (cudnnSetConvolutionMathType(c->cd, (cudnnMathType_t)a->math) != CUDNN_STATUS_SUCCESS)
-    return 0;
-  cudnnStatus_t st =
-      l->kind == W2L_CONV
-          ? cudnnGetConvolutionForwardWorkspaceSize(s->h, po->x, c->wd, c->cd, po->y,
-                                                    (cudnnConvolutionFwdAlgo_t)a->algo, mem)
-          : cudnnGetConvolutionBackwardDataWorkspaceSize(s->h, c->wd, po->x, c->cd, po->y,
-                                                         (cudnnConvolutionBwdDataAlgo_t)a->algo,
-                                                         mem);
-  return st == CUDNN_STATUS_SUCCESS && *mem <= WS_LIMIT;
-}
-
-static void remember(cstate *s, const char *key, const cop *po, size_t mem) {
-  w2l_algo a = {po->algo, (int)po->math, mem};
-  w2l_algo_cache_put(s->algos, key, &a); /* out of memory: searched again next time */
-}
-
-/* After a plan: the cache file rewritten when it learned something. A file that cannot be
- * written is said once; the server runs on (it searches again at its next start). */
-static void save_algos(cstate *s) {
-  if (w2l_algo_cache_save(s->algos) == FC_OK || s->save_failed) return;
-  s->save_failed = 1;
-  fprintf(stderr, "facecast: wav2lip cuda: cuDNN algorithms not cached (%s)\n",
-          fc_error_detail(FC_EIO));
-}
-
-/* The search's workspace: at least want bytes (at most WS_LIMIT) when the device has them,
- * else as much as it gives in halvings (algorithms that need more are then not timed, as
- * cudnnFind* drops those it cannot allocate for). */
-static size_t search_room(cstate *s, size_t want) {
-  if (want > s->search_limit) want = s->search_limit;
-  if (want <= s->search_ws_size) return s->search_ws_size;
-  /* at least 16 MiB and twice the last size: fewer reallocations (each one a device sync) */
-  size_t n = 2 * s->search_ws_size > ((size_t)16 << 20) ? 2 * s->search_ws_size : (size_t)16 << 20;
-  n = n > s->search_limit ? s->search_limit : n < want ? want : n;
-  cudaFree(s->search_ws);
-  s->search_ws = NULL, s->search_ws_size = 0;
-  for (; n >= want || n >= ((size_t)1 << 20); n /= 2)
-    if (cudaMalloc(&s->search_ws, n) == cudaSuccess) {
-      note_memory(s); /* a start's peak includes it */
-      return s->search_ws_size = n;
-    }
-  cudaGetLastError(); /* the failed allocations' error, not a sticky one */
-  s->search_ws = NULL;
-  return 0;
-}
-
-/* Times every algorithm of op o at the plan's batch (po's descriptors) and picks the fastest
- * that runs with at most WS_LIMIT of workspace: *best 0 and po->algo/math, *mem; *best -1 when
- * none. cudnnFind*Ex on the model's own device buffers (the op's input, weights and output,
- * all sized for the largest batch) and one workspace grown to the largest need: cudnnFind*
- * allocates and frees its tensors and workspaces on every call instead. A plan's outputs are
- * recomputed by every pass, so what the search writes there is never read. */
-static int search(cstate *s, const fc_w2l *m, const w2l_op *o, cop *po, int half, int *best,
-                  size_t *mem) {
-  const w2l_layer *l = &m->layers[o->layer];
-  clayer *c = &s->layers[o->layer];
-  void *x = s->tp[o->in], *y = s->tp[o->out];
-  int got = 0, fwd = l->kind == W2L_CONV;
-  *best = -1;
-  DNN(cudnnSetConvolutionMathType(c->cd, half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
-      "math type"); /* cached_ok may have set another */
-  size_t want = 0, n;
-  for (int a = 0; !s->find_plain && a < (fwd ? CUDNN_CONVOLUTION_FWD_ALGO_COUNT
-                                            : CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT); a++) {
-    cudnnStatus_t st =
-        fwd ? cudnnGetConvolutionForwardWorkspaceSize(s->h, po->x, c->wd, c->cd, po->y,
-                                                      (cudnnConvolutionFwdAlgo_t)a, &n)
-            : cudnnGetConvolutionBackwardDataWorkspaceSize(s->h, c->wd, po->x, c->cd, po->y,
-                                                           (cudnnConvolutionBwdDataAlgo_t)a, &n);
-    if (st == CUDNN_STATUS_SUCCESS && n <= s->search_limit && n > want) want = n;
-  }
-  size_t room = s->find_plain ? 0 : search_room(s, want);
-  if (s->debug)
-    fprintf(stderr, "w2l cuda: search %s: workspace %zu of %zu wanted, x %p y %p\n", l->name, room,
-            want, x, y);
-  if (fwd) {
-    cudnnConvolutionFwdAlgoPerf_t perf[NALGO];
-    if (s->find_plain)
-      DNN(cudnnFindConvolutionForwardAlgorithm(s->h, po->x, c->wd, c->cd, po->y, NALGO, &got, perf),
-          l->name);
-    else
-      DNN(cudnnFindConvolutionForwardAlgorithmEx(s->h, po->x, x, c->wd, c->w, c->cd, po->y, y,
-                                                 NALGO, &got, perf, s->search_ws, room),
-          l->name);
-    for (int k = 0; s->debug && k < got; k++)
-      fprintf(stderr, "w2l cuda: search %s: algo %d math %d status %d time %.4f ms memory %zu\n",
-              l->name, (int)perf[k].algo, (int)perf[k].mathType, (int)perf[k].status, perf[k].time,
-              perf[k].memory);
-    for (int k = 0; k < got && *best < 0; k++)
-      if (perf[k].status == CUDNN_STATUS_SUCCESS && perf[k].memory <= s->search_limit)
-        *best = 0, po->algo = (int)perf[k].algo, po->math = perf[k].mathType, *mem = perf[k].memory;
-  } else {
-    cudnnConvolutionBwdDataAlgoPerf_t perf[NALGO];
-    if (s->find_plain)
-      DNN(cudnnFindConvolutionBackwardDataAlgorithm(s->h, c->wd, po->x, c->cd, po->y, NALGO, &got,
-                                                    perf),
-          l->name);
-    else
-      DNN(cudnnFindConvolutionBackwardDataAlgorithmEx(s->h, c->wd, c->w, po->x, x, c->cd, po->y,
-                                                      y, NALGO, &got, perf, s->search_ws, room),
-          l->name);
-    for (int k = 0; k < got && *best < 0; k++)
-      if (perf[k].status == CUDNN_STATUS_SUCCESS && perf[k].memory <= s->search_limit)
-        *best = 0, po->algo = (int)perf[k].algo, po->math = perf[k].mathType, *mem = perf[k].memory;
-  }
-  return FC_OK;
-}
-
-static int build_plan(cstate *s, const fc_w2l *m, cplan *p) {
-  for (int i = 0; i < m->nops; i++) {
-    const w2l_op *o = &m->ops[i];
-    if (o->kind != W2L_OP_CONV || i == m->nops - 1) continue; /* the last one: w2l_cuda_head */
-    const w2l_layer *l = &m->layers[o->layer];
-    clayer *c = &s->layers[o->layer];
-    cop *po = &p->ops[i];
-    int err;
-    const w2l_tensor *ti = &m->tensors[o->in], *to = &m->tensors[o->out];
-    if ((err = tensor_desc(s, &po->x, ti, p->batch, o->in == m->t_face ? FACE_CP : ti->c)))
-      return err;
-    if ((err = tensor_desc(s, &po->y, to, p->batch, to->c))) return err;
-    if (i == s->face_op && s->own_first) continue; /* w2l_cuda_conv_first: nothing to search */
-    if ((po->dense = dense_fits(s, m, o, p->batch))) { /* w2l_cuda_dense: nothing to search */
-      s->n_dense++;
-      continue;
-    }
-    int half = s->dtype != W2L_DT_F32;
-    DNN(cudnnSetConvolutionMathType(c->cd, half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
-        "math type");
-    int best = -1;
-    size_t mem = 0;
-    char key[200] = "";
-    w2l_algo cached;
-    if (s->fixed_algo) {
-      best = 0;
-      po->math = half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
-      if (l->kind == W2L_CONV) {
-        po->algo = (int)CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
-        DNN(cudnnGetConvolutionForwardWorkspaceSize(s->h, po->x, c->wd, c->cd, po->y,
-                                                    (cudnnConvolutionFwdAlgo_t)po->algo, &mem),
-            l->name);
-      } else {
-        po->algo = (int)CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
-        DNN(cudnnGetConvolutionBackwardDataWorkspaceSize(s->h, c->wd, po->x, c->cd, po->y,
-                                                         (cudnnConvolutionBwdDataAlgo_t)po->algo,
-                                                         &mem),
-            l->name);
-      }
-    } else if (algo_key(key, sizeof key, s, l, p->batch, ti, to) &&
-               w2l_algo_cache_get(s->algos, key, &cached) &&
-               cached_ok(s, l, c, po, &cached, &mem)) {
-      best = 0, po->algo = cached.algo, po->math = (cudnnMathType_t)cached.math;
-      s->n_cached++;
-    } else {
-      gint64 t0 = g_get_monotonic_time();
-      if ((err = search(s, m, o, po, half, &best, &mem))) return err;
-      double took = (double)(g_get_monotonic_time() - t0) / 1e6;
-      s->search_s += took, p->search_s += took, s->n_searched++;
-      if (best >= 0 && *key) remember(s, key, po, mem);
-    }
-    if (best < 0)
-      return fc_error_set(FC_EUNSUPPORTED, "wav2lip cuda: no cuDNN algorithm for %s at batch %d",
-                          l->name, p->batch);
-    if (s->debug)
-      fprintf(stderr, "w2l cuda: batch %d op %d %s: algo %d math %d workspace %zu\n", p->batch, i,
-              l->name, po->algo, (int)po->math, mem);
-    if ((err = grow_ws(s, mem))) return err;
-  }
   return FC_OK;
 }
 
@@ -777,7 +456,7 @@ static int cuda_prepare(void *state, const fc_w2l *m, int batch) {
   cplan *p = calloc(1, sizeof *p);
   if (!p) return FC_ENOMEM;
   p->batch = batch;
-  int err = build_plan(s, m, p);
+  int err = w2l_cudnn_build_plan(s, m, p);
   cudaFree(s->search_ws); /* the search's room is not kept for serving */
   s->search_ws = NULL, s->search_ws_size = 0;
   if (err) { /* dropped, so a later call tries again */
@@ -786,8 +465,8 @@ static int cuda_prepare(void *state, const fc_w2l *m, int batch) {
   }
   p->next = s->plans;
   s->plans = p;
-  note_memory(s);
-  save_algos(s);
+  w2l_cudnn_note_memory(s);
+  w2l_cudnn_save_algos(s);
   return FC_OK;
 }
 
@@ -984,7 +663,7 @@ static void capture(cstate *s, const fc_w2l *m, cplan *p, int io, int batch) {
     p->graph[io] = NULL;
     p->nograph[io] = 1;
   }
-  note_memory(s);
+  w2l_cudnn_note_memory(s);
 }
 
 static int cuda_infer(void *state, const fc_w2l *m, int io, const float *mel, const void *in,
@@ -1017,20 +696,26 @@ static int cuda_infer(void *state, const fc_w2l *m, int io, const float *mel, co
   return FC_OK;
 }
 
-/* fc_w2l_composite on the GPU: the batch padded to its power-of-two plan, the sources made
+/* fc_w2l_composite on the GPU: the batch padded to the smallest plan set up that holds it (the
+ * next power of two, set up now, when there is none; the server sets up 1, 16, 32, 64, 128),
+ * the sources made
  * resident (cuda_composite.c), the mel windows staged; then one graph (job table in, crops,
  * network, paste) and one copy back of exactly the finished rects. */
 static int cuda_composite(void *state, const fc_w2l *m, const fc_w2l_job *jobs, int n,
                           fc_w2l_base_fn base, void *user, int first) {
   cstate *s = state;
-  int nb = n, err, grew = 0;
-  while (nb & (nb - 1)) nb += nb & -nb;
-  if (nb > m->max_batch) nb = m->max_batch;
+  int nb = 0, err, grew = 0;
+  for (const cplan *q = s->plans; q; q = q->next)
+    if (q->batch >= n && (!nb || q->batch < nb)) nb = q->batch;
+  if (!nb) { /* none big enough yet: the next power of two, set up now */
+    for (nb = n; nb & (nb - 1);) nb += nb & -nb;
+    if (nb > m->max_batch) nb = m->max_batch;
+  }
   if ((err = cuda_prepare(s, m, nb))) return err; /* also makes the device current */
   cplan *p = find_plan(s, nb);
   if (!s->cc) {
     if ((err = w2l_ccache_create(&s->cc, m->max_batch, s->st))) return err;
-    note_memory(s);
+    w2l_cudnn_note_memory(s);
   }
   size_t outb = 0;
   err = w2l_ccache_resolve(s->cc, jobs, n, nb, base, user, first, &outb, &grew);
@@ -1038,7 +723,7 @@ static int cuda_composite(void *state, const fc_w2l *m, const fc_w2l_job *jobs, 
     for (cplan *q = s->plans; q; q = q->next)
       if (q->graph[W2L_IO_COMPOSITE])
         cudaGraphExecDestroy(q->graph[W2L_IO_COMPOSITE]), q->graph[W2L_IO_COMPOSITE] = NULL;
-    note_memory(s);
+    w2l_cudnn_note_memory(s);
   }
   if (err) return err;
   const size_t mel = (size_t)FC_W2L_MEL_H * FC_W2L_MEL_W;

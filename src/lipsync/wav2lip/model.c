@@ -459,6 +459,8 @@ static fc_w2l *load(const char *path, const void *data, size_t size, const fc_w2
   m->threads = p->threads;
   m->dtype = p->dtype;
   m->cuda_device = cuda_device;
+  const char *su = getenv("W2L_CUDA_SEARCH_UPTO");
+  m->search_upto = su && *su ? atoi(su) : p->search_upto;
   int nt = fc_checkpoint_count(ck);
   if (!(pr.used = calloc((size_t)nt + 1, 1))) goto fail;
   pr.ck = ck;

@@ -73,6 +73,7 @@ struct fc_w2l {
   int dtype;       /* FC_W2L_FP32 / FP16 / BF16 (16-bit types: cuda only) */
   int warm;        /* an infer call has filled the inputs (fc_w2l_run_resident) */
   int cuda_device; /* N of "cuda:N" */
+  int search_upto; /* fc_w2l_params.search_upto, or W2L_CUDA_SEARCH_UPTO */
   const w2l_backend *be;
   void *bstate;
   /* fc_w2l_composite's host buffers for backends without composite() (composite.c), max_batch

@@ -67,6 +67,13 @@ typedef struct fc_w2l_params {
   int dtype;          /* FC_W2L_FP32 (0), or FC_W2L_FP16 / FC_W2L_BF16: weights and activations
                        * in 16 bits (fp16 within ~2e-2 of fp32 on the output, bf16 ~1e-1);
                        * "cuda" only, else FC_EUNSUPPORTED. Inputs and outputs are as below */
+  int search_upto;    /* "cuda": convolution algorithms are timed (cudnnFind) at batch sizes up
+                       * to this; a larger batch takes the choice made at exactly this size for
+                       * the same convolution when there is one, rather than timing its own
+                       * (not written to the disk cache). 0 = time every size. The server uses
+                       * 32: a first start's search is mostly its largest sizes, and they chose
+                       * the same algorithms (docs/BENCHMARKS.md). W2L_CUDA_SEARCH_UPTO=N
+                       * overrides it (0: every size) */
 } fc_w2l_params;
 
 /* Loads and prepares the model. NULL on failure with *err (if not NULL) set: FC_ENOTFOUND /
