@@ -302,7 +302,7 @@ search)
   # cuDNN's algorithm search from an empty cache, each of WAYS (default "default
   # W2L_CUDA_SEARCH_UPTO=0"): a way is "default" or environment settings joined by '+', e.g.
   # W2L_CUDA_FIND=plain+W2L_CUDA_SEARCH_UPTO=0 (cudnnFind* and every batch size timed, the
-  # search before 2026-12-02) or W2L_CUDA_SEARCH_MB=64. Each way: a server's start from an
+  # search before 2026-12-02) or W2L_CUDA_DENSE=0. Each way: a server's start from an
   # empty cache (its own line: the search's seconds by batch size), then `bench model` fp16 at
   # BATCHES with that way's settings and cache, twice, the ways taking turns; then the GPU
   # tests from an empty cache (TEST="" skips them).
@@ -313,7 +313,7 @@ search)
   AV=$X/share/astronaut.png
   WAYS=${WAYS:-default W2L_CUDA_SEARCH_UPTO=0}
   for w in $WAYS; do
-    tag=$(echo "$w" | tr -c 'A-Za-z0-9=\n' _); rm -rf /tmp/algos-$tag
+    tag=$(echo "$w" | tr -c 'A-Za-z0-9\n' _); rm -rf /tmp/algos-$tag
     env $(echo "$w" | tr + ' ' | sed 's/^default$//') FACECAST_CACHE_DIR=/tmp/algos-$tag timeout 60 \
       $X/facecast serve --port 18555 --avatar $AV --model wav2lip --checkpoint $CK \
       --device ${DEV:-cuda} >"$OUT/serve_$tag.log" 2>&1 &
@@ -323,7 +323,7 @@ search)
   done
   for round in 1 2; do
     for w in $WAYS; do
-      tag=$(echo "$w" | tr -c 'A-Za-z0-9=\n' _); echo "$w (round $round):"
+      tag=$(echo "$w" | tr -c 'A-Za-z0-9\n' _); echo "$w (round $round):"
       env $(echo "$w" | tr + ' ' | sed 's/^default$//') FACECAST_CACHE_DIR=/tmp/algos-$tag timeout 100 \
         $X/facecast bench model --checkpoint $CK --device cuda --dtype fp16 \
         --batches ${BATCHES:-1,16,32,64,128} --seconds 0.6 --json

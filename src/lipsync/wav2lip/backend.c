@@ -29,7 +29,7 @@
 #define CPU_BATCH 16
 #define GPU_BATCH 128
 /* A GPU's algorithm search times batch sizes up to this; 64 and 128 take its choices (a first
- * start's search was 2.9 s with them timed, 1.75 s of it theirs, for the same algorithms: the
+ * start's search was 2.9 s with them timed, 1.74 s of it theirs, for the same algorithms: the
  * H200's figures in docs/BENCHMARKS.md). */
 #define SEARCH_UPTO 32
 /* The second batch size set up (then powers of two): see warm_up */

@@ -53,8 +53,7 @@
  * for the parity test and for trying the kernel).
  *
  * Diagnostics (environment, read at load): W2L_CUDA_NOFUSE=1, W2L_CUDA_FIXED_ALGO=1,
- * W2L_CUDA_FIND=plain (see above), W2L_CUDA_SEARCH_MB=N (time only the algorithms that need at most
- * N MiB of workspace; default 2048), W2L_CUDA_NOGRAPH=1, W2L_CUDA_TIMING=1 (each op's time by CUDA events on stderr, on the third
+ * W2L_CUDA_FIND=plain (see above), W2L_CUDA_SEARCH_UPTO=N (wav2lip.h), W2L_CUDA_NOGRAPH=1, W2L_CUDA_TIMING=1 (each op's time by CUDA events on stderr, on the third
  * eager pass of each batch size; implies no graphs), W2L_CUDA_PROFILE=1 (cudaProfilerStart/Stop
  * around the first resident run, for `ncu --profile-from-start off`) and W2L_CUDA_DEBUG=1 (per-op algorithm and
  * output range on stderr; that one allocates, syncs and never captures). */
@@ -395,8 +394,6 @@ static int cuda_create(const fc_w2l *m, void **state) {
   s->profile = (ev = getenv("W2L_CUDA_PROFILE")) && atoi(ev) > 0;
   s->find_plain = (ev = getenv("W2L_CUDA_FIND")) && strcmp(ev, "plain") == 0;
   s->search_upto = m->search_upto;
-  s->search_limit = (ev = getenv("W2L_CUDA_SEARCH_MB")) && atoi(ev) > 0 && (size_t)atoi(ev) << 20 < WS_LIMIT
-                        ? (size_t)atoi(ev) << 20 : WS_LIMIT;
   s->nograph = s->debug || s->timing || ((ev = getenv("W2L_CUDA_NOGRAPH")) && atoi(ev) > 0);
   int err = create_inner(s, m);
   if (err) {

@@ -95,7 +95,6 @@ typedef struct cstate {
   int own_dense, n_dense;
   double search_s;       /* seconds spent in cudnnFind* */
   int find_plain;        /* W2L_CUDA_FIND=plain: cudnnFind* (cuDNN's own buffers), not *Ex */
-  size_t search_limit;   /* the most workspace a searched algorithm may take */
   void *search_ws;       /* cudnnFind*Ex's workspace, while a plan is built */
   size_t search_ws_size;
   int n_cached, n_searched; /* convolutions set up from the cache / by a search */

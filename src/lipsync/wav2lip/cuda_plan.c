@@ -101,11 +101,11 @@ void w2l_cudnn_save_algos(cstate *s) {
  * else as much as it gives in halvings (algorithms that need more are then not timed, as
  * cudnnFind* drops those it cannot allocate for). */
 static size_t search_room(cstate *s, size_t want) {
-  if (want > s->search_limit) want = s->search_limit;
+  if (want > WS_LIMIT) want = WS_LIMIT;
   if (want <= s->search_ws_size) return s->search_ws_size;
   /* at least 16 MiB and twice the last size: fewer reallocations (each one a device sync) */
   size_t n = 2 * s->search_ws_size > ((size_t)16 << 20) ? 2 * s->search_ws_size : (size_t)16 << 20;
-  n = n > s->search_limit ? s->search_limit : n < want ? want : n;
+  n = n > WS_LIMIT ? WS_LIMIT : n < want ? want : n;
   cudaFree(s->search_ws);
   s->search_ws = NULL, s->search_ws_size = 0;
   for (; n >= want || n >= ((size_t)1 << 20); n /= 2)
@@ -117,6 +117,20 @@ static size_t search_room(cstate *s, size_t want) {
   s->search_ws = NULL;
   return 0;
 }
+
+/* What cuDNN reports of one timed candidate, either direction. */
+typedef struct found {
+  int algo;
+  cudnnMathType_t math;
+  cudnnStatus_t status;
+  float ms;
+  size_t memory;
+} found;
+
+#define COPY_FOUND(dst, perf, got)                                                                 \
+  for (int k_ = 0; k_ < (got); k_++)                                                               \
+  (dst)[k_] = (found){(int)(perf)[k_].algo, (perf)[k_].mathType, (perf)[k_].status, (perf)[k_].time, \
+                      (perf)[k_].memory}
 
 /* Times every algorithm of op o at the plan's batch (po's descriptors) and picks the fastest
  * that runs with at most WS_LIMIT of workspace: *best 0 and po->algo/math, *mem; *best -1 when
@@ -141,12 +155,10 @@ static int search(cstate *s, const fc_w2l *m, const w2l_op *o, cop *po, int half
                                                       (cudnnConvolutionFwdAlgo_t)a, &n)
             : cudnnGetConvolutionBackwardDataWorkspaceSize(s->h, c->wd, po->x, c->cd, po->y,
                                                            (cudnnConvolutionBwdDataAlgo_t)a, &n);
-    if (st == CUDNN_STATUS_SUCCESS && n <= s->search_limit && n > want) want = n;
+    if (st == CUDNN_STATUS_SUCCESS && n <= WS_LIMIT && n > want) want = n;
   }
   size_t room = s->find_plain ? 0 : search_room(s, want);
-  if (s->debug)
-    fprintf(stderr, "w2l cuda: search %s: workspace %zu of %zu wanted, x %p y %p\n", l->name, room,
-            want, x, y);
+  found r[NALGO];
   if (fwd) {
     cudnnConvolutionFwdAlgoPerf_t perf[NALGO];
     if (s->find_plain)
@@ -156,13 +168,7 @@ static int search(cstate *s, const fc_w2l *m, const w2l_op *o, cop *po, int half
       DNN(cudnnFindConvolutionForwardAlgorithmEx(s->h, po->x, x, c->wd, c->w, c->cd, po->y, y,
                                                  NALGO, &got, perf, s->search_ws, room),
           l->name);
-    for (int k = 0; s->debug && k < got; k++)
-      fprintf(stderr, "w2l cuda: search %s: algo %d math %d status %d time %.4f ms memory %zu\n",
-              l->name, (int)perf[k].algo, (int)perf[k].mathType, (int)perf[k].status, perf[k].time,
-              perf[k].memory);
-    for (int k = 0; k < got && *best < 0; k++)
-      if (perf[k].status == CUDNN_STATUS_SUCCESS && perf[k].memory <= s->search_limit)
-        *best = 0, po->algo = (int)perf[k].algo, po->math = perf[k].mathType, *mem = perf[k].memory;
+    COPY_FOUND(r, perf, got);
   } else {
     cudnnConvolutionBwdDataAlgoPerf_t perf[NALGO];
     if (s->find_plain)
@@ -173,9 +179,15 @@ static int search(cstate *s, const fc_w2l *m, const w2l_op *o, cop *po, int half
       DNN(cudnnFindConvolutionBackwardDataAlgorithmEx(s->h, c->wd, c->w, po->x, x, c->cd, po->y,
                                                       y, NALGO, &got, perf, s->search_ws, room),
           l->name);
-    for (int k = 0; k < got && *best < 0; k++)
-      if (perf[k].status == CUDNN_STATUS_SUCCESS && perf[k].memory <= s->search_limit)
-        *best = 0, po->algo = (int)perf[k].algo, po->math = perf[k].mathType, *mem = perf[k].memory;
+    COPY_FOUND(r, perf, got);
+  }
+  for (int k = 0; k < got; k++) {
+    if (s->debug)
+      fprintf(stderr, "w2l cuda: search %s (workspace %zu): algo %d math %d status %d %.4f ms, "
+                      "workspace %zu\n",
+              l->name, room, r[k].algo, (int)r[k].math, (int)r[k].status, r[k].ms, r[k].memory);
+    if (*best < 0 && r[k].status == CUDNN_STATUS_SUCCESS && r[k].memory <= WS_LIMIT)
+      *best = 0, po->algo = r[k].algo, po->math = r[k].math, *mem = r[k].memory;
   }
   return FC_OK;
 }
