@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes every parser with libFuzzer (clang; ASan + UBSan): WAV, PNG/JPEG, torch checkpoints
 # (zip and legacy pickle), safetensors, .npy, the Wav2Lip loader (both networks), its cuDNN
-# algorithm cache file, LiveTalking's
+# algorithm cache file, the face cache's records, LiveTalking's
 # coords.pkl and frame names, avatar packs, Haar cascades, dlib's shape model, JSON bodies,
 # SDP offers, settings files (YAML, .env), Redis replies (RESP2/RESP3), the fleet's node records,
 # webhook receivers' Retry-After,
@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
-all=(checkpoint safetensors npy w2l algocache ltcoords ltframes wav image pack haar landmarks json sdp llm voice asr config resp webhook videospec h264au fleet http multipart ws)
+all=(checkpoint safetensors npy w2l algocache facecache ltcoords ltframes wav image pack haar landmarks json sdp llm voice asr config resp webhook videospec h264au fleet http multipart ws)
 targets=("$@")
 ((${#targets[@]})) || targets=("${all[@]}")
 

@@ -10,10 +10,12 @@
  */
 #include "facecast/avatar.h"
 #include "facecast/error.h"
+#include "avatar/facecache.h"
 #include "avatar/haar.h"
 #include "core/file.h"
 #include "avatar/pack.h"
 
+#include <glib.h>
 #include <libyuv.h>
 #include <math.h>
 #include <stdio.h>
@@ -36,6 +38,8 @@ struct fc_avatar {
   fc_mouth_geom *mouths;
   fc_rect source_face;
   uint64_t serial; /* process-unique, for fc_avatar_frame_key */
+  char *detection; /* photo: how the face and landmarks were had (fc_avatar_detection) */
+  int cached;      /* photo: they came from the face cache */
 };
 
 /* Serials start at 1 so that no frame key is 0. */
@@ -235,20 +239,24 @@ void fc_avatar_destroy(fc_avatar *av) {
   free(av->faces);
   free(av->landmarks);
   free(av->mouths);
+  g_free(av->detection);
   free(av);
 }
 
 /* A photo's 68 landmarks, when dlib's model is installed (the lip-sync backends fall back to
  * the mouth geometry without them). The model is loaded, used once and dropped: it is 65 MB of
- * trees that a server would otherwise hold for nothing. */
-static void photo_landmarks(fc_avatar *av) {
-  int e;
+ * trees that a server would otherwise hold for nothing. 1 with av->landmarks set, 0 when the
+ * model is not installed, else a negative code (no landmarks, and nothing to cache). */
+static int photo_landmarks(fc_avatar *av) {
+  int e = FC_OK;
   fc_shape_model *m = fc_shape_model_load(fc_shape_model_default_path(), &e);
   uint8_t *gray = m ? malloc((size_t)av->w * av->h) : NULL;
-  if (gray && (av->landmarks = malloc(FC_LANDMARKS * sizeof *av->landmarks))) {
+  if (m && !gray) e = FC_ENOMEM;
+  if (gray && !(av->landmarks = malloc(FC_LANDMARKS * sizeof *av->landmarks))) e = FC_ENOMEM;
+  if (gray && av->landmarks) {
     fc_rgb_to_gray_dlib(&av->frames[0], gray);
-    if (fc_shape_predict(m, gray, av->w, av->h, av->w, fc_dlib_box_from_haar(av->faces[0]),
-                         av->landmarks) != 0) {
+    if ((e = fc_shape_predict(m, gray, av->w, av->h, av->w, fc_dlib_box_from_haar(av->faces[0]),
+                              av->landmarks)) != 0) {
       free(av->landmarks);
       av->landmarks = NULL;
     }
@@ -256,15 +264,61 @@ static void photo_landmarks(fc_avatar *av) {
   free(gray);
   fc_shape_model_destroy(m);
   fc_error_clear(); /* a missing model is not this call's error */
+  return av->landmarks ? 1 : e == FC_ENOTFOUND ? 0 : e < 0 ? e : FC_ENOMEM;
+}
+
+/* The largest face in src, in its pixels, with OpenCV's frontal cascade. */
+static int find_face(const fc_image *src, const char *path, const fc_haar_params *hp,
+                     fc_rect *face) {
+  int e = FC_OK;
+  uint8_t *gray = NULL;
+  fc_haar *haar = fc_haar_load(fc_haar_default_cascade(), &e);
+  if (!haar) return e;
+  if (!(gray = malloc((size_t)src->w * src->h))) {
+    e = fc_error_set(FC_ENOMEM, "out of memory");
+    goto done;
+  }
+  fc_image_to_gray(src, gray, src->w);
+  int nf = fc_haar_detect(haar, gray, src->w, src->h, src->w, hp, face, 1);
+  if (nf < 0)
+    e = nf;
+  else if (nf == 0)
+    e = fc_error_set(FC_ENOFACE, "%s: no face found (use a frontal photo, face at least 24 px)",
+                     path);
+done:
+  free(gray);
+  fc_haar_destroy(haar);
+  return e;
+}
+
+/* After a miss: the results into the face cache, when they are what the key promises (the
+ * landmarks found, or the model missing both when keyed and when loaded). Returns the phrase
+ * for fc_avatar_detection's note (g_free). */
+static char *store_detection(const fc_avatar *av, const char *cache, const fc_face_key *k, int lm) {
+  if (!cache)
+    return g_strdup(getenv("FACECAST_CACHE_DIR") ? "not cached (FACECAST_CACHE_DIR=off)"
+                                                 : "not cached (no cache folder known)");
+  if (lm < 0 || (lm == 0 && k->model_present)) return g_strdup("not cached (landmarks failed)");
+  fc_face_entry ent = {.src_w = k->src_w,
+                       .src_h = k->src_h,
+                       .out_w = av->w,
+                       .out_h = av->h,
+                       .face = av->source_face,
+                       .has_landmarks = lm == 1};
+  memcpy(ent.id, k->id, sizeof ent.id);
+  if (lm == 1) memcpy(ent.landmarks, av->landmarks, sizeof ent.landmarks);
+  int e = fc_face_cache_save(cache, &ent);
+  fc_error_clear(); /* a cache that cannot be written costs the next start time, nothing else */
+  return e ? g_strdup("not cached (the cache could not be written)")
+           : g_strdup_printf("cached as %s", cache);
 }
 
 fc_avatar *fc_avatar_create_from_image(const char *path, const fc_avatar_params *p, int *err) {
   fc_avatar_params def = fc_avatar_params_default();
   if (!p) p = &def;
   fc_image src = {0};
-  fc_haar *haar = NULL;
   fc_avatar *av = NULL;
-  uint8_t *gray = NULL;
+  char *cache = NULL;
   int e = FC_OK;
 
   if (p->width < 64 || p->height < 64 || p->width > 4096 || p->height > 4096 || p->width % 2 ||
@@ -273,25 +327,18 @@ fc_avatar *fc_avatar_create_from_image(const char *path, const fc_avatar_params 
     goto fail;
   }
   if ((e = fc_image_load(path, &src))) goto fail;
-  if (!(haar = fc_haar_load(fc_haar_default_cascade(), &e))) goto fail;
-  if (!(gray = malloc((size_t)src.w * src.h))) {
-    e = fc_error_set(FC_ENOMEM, "out of memory");
-    goto fail;
-  }
-  fc_image_to_gray(&src, gray, src.w);
+  /* The face and landmarks from the face cache when this picture was seen with these settings
+   * and models (facecache.h); else the detectors run and the cache learns them. */
+  gint64 t0 = g_get_monotonic_time();
   fc_haar_params hp = fc_haar_params_default();
   hp.min_size = 24;
-  fc_rect face;
-  int nf = fc_haar_detect(haar, gray, src.w, src.h, src.w, &hp, &face, 1);
-  if (nf < 0) {
-    e = nf;
-    goto fail;
-  }
-  if (nf == 0) {
-    e = fc_error_set(FC_ENOFACE, "%s: no face found (use a frontal photo, face at least 24 px)",
-                     path);
-    goto fail;
-  }
+  fc_face_key key;
+  fc_face_key_make(&src, p, &hp, fc_haar_default_cascade(), fc_shape_model_default_path(), &key);
+  cache = fc_face_cache_path(fc_cache_dir(), &key);
+  fc_face_entry hit;
+  int cached = cache && fc_face_cache_load(cache, &key, &hit);
+  fc_rect face = cached ? hit.face : (fc_rect){0, 0, 0, 0};
+  if (!cached && (e = find_face(&src, path, &hp, &face))) goto fail;
 
   if (!(av = calloc(1, sizeof *av))) goto oom;
   av->serial = next_serial();
@@ -312,7 +359,20 @@ fc_avatar *fc_avatar_create_from_image(const char *path, const fc_avatar_params 
   av->faces[0] = (fc_rect){(int)lround((face.x - crop.x) * sx), (int)lround((face.y - crop.y) * sy),
                            (int)lround(face.w * sx), (int)lround(face.h * sy)};
   locate_mouth(&av->frames[0], av->faces[0], &av->mouths[0]);
-  photo_landmarks(av);
+  char *stored = NULL;
+  if (!cached) {
+    stored = store_detection(av, cache, &key, photo_landmarks(av));
+  } else if (hit.has_landmarks) {
+    if (!(av->landmarks = malloc(sizeof hit.landmarks))) goto oom;
+    memcpy(av->landmarks, hit.landmarks, sizeof hit.landmarks);
+  }
+  double secs = (double)(g_get_monotonic_time() - t0) / 1e6;
+  const char *pts = av->landmarks ? " and 68 landmarks" : " (no landmarks)";
+  av->cached = cached;
+  av->detection =
+      cached ? g_strdup_printf("face box%s from the cache in %.3f s (%s)", pts, secs, cache)
+             : g_strdup_printf("face box%s found in %.2f s; %s", pts, secs, stored);
+  g_free(stored);
 
   size_t ysz = (size_t)av->w * av->h;
   if (!(av->i420[0] = malloc(ysz * 3 / 2))) goto oom;
@@ -320,16 +380,14 @@ fc_avatar *fc_avatar_create_from_image(const char *path, const fc_avatar_params 
   RAWToI420(av->frames[0].rgb, av->frames[0].stride, y, av->w, u, av->w / 2, v, av->w / 2, av->w,
             av->h);
 
-  free(gray);
-  fc_haar_destroy(haar);
+  g_free(cache);
   fc_image_free(&src);
   *err = FC_OK;
   return av;
 oom:
   e = fc_error_set(FC_ENOMEM, "out of memory");
 fail:
-  free(gray);
-  fc_haar_destroy(haar);
+  g_free(cache);
   fc_image_free(&src);
   fc_avatar_destroy(av);
   *err = e;
@@ -507,4 +565,9 @@ int fc_avatar_clip_copy_i420(const fc_avatar *av, int k, int j, uint8_t *dst) {
 
 const fc_point *fc_avatar_landmarks(const fc_avatar *av, int i) {
   return av->landmarks ? av->landmarks + (size_t)ping_pong(i, av->n_frames) * FC_LANDMARKS : NULL;
+}
+
+const char *fc_avatar_detection(const fc_avatar *av, int *cached) {
+  if (cached) *cached = av->cached;
+  return av->detection;
 }

@@ -73,3 +73,14 @@ const char *fc_data_dir(void) {
   const char *b = fc_beside_exe("data");
   return b ? b : "data";
 }
+
+const char *fc_cache_dir(void) {
+  static _Thread_local char path[4096];
+  const char *e = getenv("FACECAST_CACHE_DIR");
+  if (e) return *e && strcmp(e, "off") != 0 ? e : NULL;
+  const char *base = getenv("XDG_CACHE_HOME"), *sub = "facecast";
+  if (!base || *base != '/') base = getenv("HOME"), sub = ".cache/facecast";
+  if (!base || *base != '/') return NULL;
+  int n = snprintf(path, sizeof path, "%s/%s", base, sub);
+  return n > 0 && (size_t)n < sizeof path ? path : NULL;
+}

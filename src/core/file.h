@@ -20,4 +20,10 @@ const char *fc_data_dir(void);
 /* "<the executable's folder>/../name" when that is a folder, else NULL (same lifetime). */
 const char *fc_beside_exe(const char *name);
 
+/* The folder of facecast's caches (what a later start may reuse, never needed to run):
+ * $FACECAST_CACHE_DIR ("off" or "": no cache, NULL), else $XDG_CACHE_HOME/facecast, else
+ * $HOME/.cache/facecast (those two only when absolute), else NULL. The returned string is
+ * valid until the next call on the thread or a change of the environment. */
+const char *fc_cache_dir(void);
+
 #endif

@@ -265,6 +265,11 @@ fc_server *fc_server_create(const fc_server_params *p, int *err) {
   else
     g_message("no API keys (--api-keys FILE): anyone who reaches this port may open sessions; "
               "a session id is the only credential for acting on its session");
+  /* a photo's face: from the face cache or found (most of a CPU start when found); here, once
+   * started, so that a refused start stays one line */
+  const char *found = fc_avatar_detection(srv->avatar, NULL);
+  if (found)
+    fprintf(stderr, "facecast: avatar %s: %s\n", srv->p.avatar ? srv->p.avatar : "default", found);
   /* Once started: a refused start stays one line, whatever killed runs left behind (our own
    * folders are locked by now, so only theirs go). */
   sweep_leftovers();
