@@ -42,6 +42,9 @@
 #          `[BATCHES=1,16] [MODEL_BATCHES=1,16,...] bash build-serve-dev/serve-device.sh profile`:
 #          ncu's list of the kernels of one fp16 pass at each batch size and their durations
 #          (CSV under $OUT); MODEL_BATCHES: `bench model` fp16 at those sizes first, no profiler.
+#          `[ROUNDS=2] [BATCHES=...] [V256=1] [STARTUP=1] bash build-serve-dev/serve-device.sh
+#          features`: the face-feature cache's parity test, and `bench model` with and without
+#          the small-batch retiming from empty caches (see the mode below).
 #          `[PRESETS="ultrafast superfast"] [MODEL=wav2lip] [SECONDS_EACH=12] bash
 #          build-serve-dev/serve-device.sh still`: `facecast bench still` (the live encoder's
 #          two ways on a talking photo: CPU, bits, mouth PSNR) on that machine; still.jsonl.
@@ -335,5 +338,45 @@ search)
   [ -n "${TEST-1}" ] && rm -rf /tmp/algos && (cd $X && FACECAST_CACHE_DIR=/tmp/algos timeout ${TEST_S:-150} ./test_wav2lip >"$OUT/test_wav2lip.log" 2>&1)
   [ -n "${TEST-1}" ] && echo "test_wav2lip: exit $? $(grep -c '^ok' "$OUT/test_wav2lip.log") ok, $(grep -c '^FAIL' "$OUT/test_wav2lip.log") FAIL"
   true ;;
-*) echo "usage: $0 pack|test|run|serve256|oom|bulk|startup|kernel|profile|still|search" >&2; exit 2 ;;
+features)
+  # The face-feature cache and the small-batch retiming (issue 18), each against its reference
+  # in one call: test_w2l_composite (the cache's parity with a model that computes every
+  # frame), then ROUNDS (2) rounds of `bench model` fp16 on make_bench_wav2lip's checkpoint at
+  # BATCHES, the default and W2L_CUDA_RETIME=0 taking turns, each from an empty algorithm
+  # cache (its own search: the retiming is about which algorithms a search picks); the
+  # `composite` and `kept` columns are the cache off and on. V256=1: then the same bench
+  # (default only) on a wav2lip256 checkpoint (tools/bench_wav2lip256.py make, ~1 min, kept in
+  # /tmp) at V256_BATCHES; STARTUP=1: `bench startup --runs 3` with Wav2Lip on the GPU.
+  unpack || exit 1; env_up; OUT=${OUT:-/tmp}
+  date -u; nvidia-smi -L
+  if [ -n "${TEST-1}" ]; then
+    (cd $X && timeout 200 ./test_w2l_composite >"$OUT/test_composite.log" 2>&1)
+    echo "test_w2l_composite: exit $? $(grep -c '^ok' "$OUT/test_composite.log") ok, $(grep -c '^FAIL' "$OUT/test_composite.log") FAIL"
+    grep -E "features:|kept features|FAIL" "$OUT/test_composite.log" | sort | uniq -c | sort -rn | head -12
+  fi
+  CK=/tmp/bench-$(sha256sum <tools/make_bench_wav2lip.py | cut -c1-12).pth
+  [ -s $CK ] || timeout 100 python3 tools/make_bench_wav2lip.py $CK 2>&1 | tail -2
+  for round in $(seq ${ROUNDS:-2}); do
+    for w in default W2L_CUDA_RETIME=0; do
+      rm -rf /tmp/algos-f; echo "$w (round $round):"
+      env $(echo "$w" | sed 's/^default$//') FACECAST_CACHE_DIR=/tmp/algos-f timeout 150 \
+        $X/facecast bench model --checkpoint $CK --device cuda --dtype fp16 \
+        --batches ${BATCHES:-1,16,32,128,512} --seconds 0.4 --json
+    done
+  done | tee "$OUT/model.jsonl" | python3 -c "
+import json, sys
+for l in sys.stdin:
+    if not l.startswith('{'): print(l.strip()); continue
+    j = json.loads(l)
+    if 'batch' in j: print('%5d model %.4f ms (%.0f/s) composite %.4f (%.0f/s) kept %s' % (j['batch'], j['ms_per_batch'], j['frames_per_s'], j['composite_ms_per_batch'], j['composite_frames_per_s'], '%.4f (%.0f/s)' % (j['kept_ms_per_batch'], j['kept_frames_per_s']) if j['kept_ms_per_batch'] else '-'))"
+  if [ -n "${V256:-}" ]; then
+    C256=/tmp/w256.pth
+    [ -s $C256 ] || PYTHONUNBUFFERED=1 timeout 200 python3 tools/bench_wav2lip256.py make $C256 >"$OUT/make256.log" 2>&1
+    timeout 150 $X/facecast bench model --checkpoint $C256 --device cuda --dtype fp16 \
+      --batches ${V256_BATCHES:-1,16,256} --seconds 0.4 --json | tee "$OUT/model256.jsonl"
+  fi
+  [ -n "${STARTUP:-}" ] && timeout 150 $X/facecast bench startup --runs 3 --avatar $X/share/astronaut.png \
+    --model wav2lip --checkpoint $CK --device cuda 2>&1 | tee "$OUT/startup.txt" | tail -9
+  true ;;
+*) echo "usage: $0 pack|test|run|serve256|oom|bulk|startup|kernel|profile|still|search|features" >&2; exit 2 ;;
 esac

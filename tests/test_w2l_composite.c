@@ -8,7 +8,8 @@
  * once per job, batches beyond max_batch, and bad jobs refused. On "cuda" (skipped without a
  * GPU): the same jobs against the host path — fp32 within 2 levels and nearly all bytes equal,
  * fp16 close — the sources uploaded once per key, and a working set beyond the device cache's
- * key table (dropped and refilled) still giving the right bytes. */
+ * key table (dropped and refilled) still giving the right bytes; the face-feature cache giving
+ * the bytes of a pass that computes the face encoder (test_*features*). */
 #include "facecast/avatar.h"
 #include "compose/compose.h"
 #include "facecast/error.h"
@@ -450,6 +451,77 @@ static void test_cuda_cache_overflow(void) {
   fc_w2l_destroy(g);
 }
 
+/* The face-feature cache (wav2lip.h): the CPU has none; on "cuda" a pass over keys already seen
+ * skips the face encoder and gives the bytes of a pass that computes it (the cache off), also
+ * in a batch mixing new and kept keys, and when a small arena is dropped and refilled. */
+static void test_features_cpu(void) {
+  int skipped;
+  fc_w2l *c = load("cpu", FC_W2L_FP32, 8, &skipped);
+  FC_REQUIRE(c);
+  FC_CHECK_INT(fc_w2l_set_feature_cache(c, 1), ==, FC_EUNSUPPORTED);
+  FC_CHECK_INT(fc_w2l_set_feature_cache(c, 0), ==, FC_OK);
+  fc_w2l_feature_stats fs;
+  fc_w2l_feature_stats_get(c, &fs);
+  FC_CHECK(!fs.on && fs.capacity == 0 && fs.cached_frames == 0);
+  fc_w2l_destroy(c);
+}
+
+static void features_case(const char *ckpt, int dtype, int max_batch, const char *arena_mb) {
+  int skipped;
+  if (arena_mb) setenv("W2L_CUDA_FEATURE_MB", arena_mb, 1);
+  fc_w2l *g = load_ckpt(ckpt, "cuda", dtype, max_batch, &skipped);
+  unsetenv("W2L_CUDA_FEATURE_MB"); /* read at g's first composite call: set again below */
+  if (skipped) return;
+  FC_REQUIRE(g);
+  fc_w2l *ref = load_ckpt(ckpt, "cuda", dtype, max_batch, &skipped);
+  FC_REQUIRE(ref);
+  FC_REQUIRE(fc_w2l_set_feature_cache(ref, 0) == FC_OK); /* before its first call: kept off */
+  const int n = 40, nsrc = arena_mb ? 40 : 13;
+  world *wg = make_world(n, nsrc, 7000), *wr = make_world(n, nsrc, 7000);
+  fc_w2l_feature_stats fs;
+  for (int pass = 0; pass < 4; pass++) {
+    if (pass == 2) /* a batch of kept keys and five new ones */
+      for (int k = 0; k < 5; k++) wg->jobs[k].key = wr->jobs[k].key = 9000 + (uint64_t)k;
+    FC_REQUIRE(fc_w2l_composite(g, wg->jobs, n, fill_bg, wg) == 0);
+    FC_REQUIRE(fc_w2l_composite(ref, wr->jobs, n, fill_bg, wr) == 0);
+    char what[64];
+    snprintf(what, sizeof what, "pass %d, kept features vs computed", pass);
+    compare(wg, wr, n, 1, 0.999, what);
+  }
+  fc_w2l_feature_stats_get(g, &fs);
+  fprintf(stderr, "  features: on %d, %lld of %lld records of %zu bytes, %lld frames kept, %lld "
+                  "computed, %lld drops\n",
+          fs.on, fs.records, fs.capacity, fs.record_bytes, fs.cached_frames, fs.full_frames, fs.drops);
+  FC_CHECK(fs.on && fs.record_bytes > 0);
+  if (!arena_mb) {
+    /* pass 0 and 2 computed (new keys), 1 and 3 kept; 13 + 5 keys stored */
+    FC_CHECK_INT(fs.full_frames, ==, 2 * n);
+    FC_CHECK_INT(fs.cached_frames, ==, 2 * n);
+    FC_CHECK_INT(fs.records, ==, 18);
+  } else {
+    /* 40 keys through a small arena: dropped and refilled, never wrong */
+    FC_CHECK(fs.drops > 0 && fs.capacity < 40 && fs.capacity >= max_batch);
+  }
+  fc_w2l_feature_stats_get(ref, &fs);
+  FC_CHECK(!fs.on && fs.cached_frames == 0 && fs.full_frames == 4 * n);
+  /* off again: the next pass computes */
+  FC_REQUIRE(fc_w2l_set_feature_cache(g, 0) == FC_OK);
+  FC_REQUIRE(fc_w2l_composite(g, wg->jobs, n, fill_bg, wg) == 0);
+  fc_w2l_feature_stats_get(g, &fs);
+  FC_CHECK(!fs.on && fs.records == 0);
+  compare(wg, wr, n, 1, 0.999, "cache off again");
+  free_world(wg, n);
+  free_world(wr, n);
+  fc_w2l_destroy(ref);
+  fc_w2l_destroy(g);
+}
+
+static void test_cuda_features_fp32(void) { features_case(CKPT, FC_W2L_FP32, 64, NULL); }
+static void test_cuda_features_fp16(void) { features_case(CKPT, FC_W2L_FP16, 64, NULL); }
+static void test_cuda256_features_fp16(void) { features_case(CKPT256, FC_W2L_FP16, 16, NULL); }
+/* an arena of 1 MB holds a few dozen of the width-16 network's records: fewer than 40 keys */
+static void test_cuda_features_small(void) { features_case(CKPT, FC_W2L_FP16, 8, "1"); }
+
 int main(void) {
   FC_RUN(test_math);
   FC_RUN(test_host_by_hand);
@@ -463,6 +535,11 @@ int main(void) {
   FC_RUN(test_cuda256_fp32);
   FC_RUN(test_cuda256_fp16);
   FC_RUN(test_cuda_cache_overflow);
+  FC_RUN(test_features_cpu);
+  FC_RUN(test_cuda_features_fp32);
+  FC_RUN(test_cuda_features_fp16);
+  FC_RUN(test_cuda256_features_fp16);
+  FC_RUN(test_cuda_features_small);
   fc_lipsync_destroy(g_ls);
   fc_avatar_destroy(g_av);
   FC_TEST_EXIT();

@@ -24,20 +24,7 @@ struct w2l_algo_cache {
   int dirty, hits, misses;
 };
 
-const char *w2l_algo_cache_dir(void) {
-  static char buf[4096];
-  const char *e = getenv("FACECAST_CACHE_DIR");
-  if (e) return *e && strcmp(e, "off") != 0 ? e : NULL;
-  if ((e = getenv("XDG_CACHE_HOME")) && *e == '/') {
-    snprintf(buf, sizeof buf, "%s/facecast", e);
-    return buf;
-  }
-  if ((e = getenv("HOME")) && *e == '/') {
-    snprintf(buf, sizeof buf, "%s/.cache/facecast", e);
-    return buf;
-  }
-  return NULL;
-}
+const char *w2l_algo_cache_dir(void) { return fc_cache_dir(); }
 
 char *w2l_algo_cache_path(const char *dir, const char *gpu, int major, int minor, int cudnn,
                           int runtime) {

@@ -34,7 +34,8 @@
 #define SEARCH_UPTO 32
 /* The second batch size set up (then powers of two): see warm_up */
 #define WARM_SECOND 16
-/* The warm-up jobs' key: avatar keys are a serial shifted left by 24 bits, far below this. */
+/* The warm-up jobs' keys count down from this: avatar keys are a serial shifted left by 24
+ * bits, far below. */
 #define WARM_KEY (~0ull)
 
 typedef struct w2l_state {
@@ -64,10 +65,12 @@ static int warm_base(void *user, int j) {
 }
 
 /* Sets up the batch sizes a GPU will run (algorithm search, graph capture) now rather than in
- * the middle of a stream: each size twice (eager, then captured). 1, then 16 and every power of
- * two up to the largest: fc_w2l_composite pads a batch to the smallest size set up, and 2-15
- * frames cost about what 16 do (a latency-bound pass: 0.57 ms at 1, 0.72 at 16 on the H200),
- * so sizes 2, 4 and 8 would only add search and capture to every first start. */
+ * the middle of a stream. 1, then 16 and every power of two up to the largest:
+ * fc_w2l_composite pads a batch to the smallest size set up, and 2-15 frames cost about what 16
+ * do (a latency-bound pass: 0.57 ms at 1, 0.72 at 16 on the H200), so sizes 2, 4 and 8 would
+ * only add search and capture to every first start. Each size three times, with keys of its
+ * own: a new key (a whole pass, eager: it keeps the key's face features), the same key again
+ * (the pass without the face encoder, captured), another new key (the whole pass, captured). */
 static int warm_up(w2l_state *st) {
   static const float mel[FC_W2L_MEL_H * FC_W2L_MEL_W];
   const int s = fc_w2l_face_size(st->net); /* a box of the crop's own size */
@@ -76,9 +79,14 @@ static int warm_up(w2l_state *st) {
   for (int k = 0; k < st->max_batch; k++)
     st->jobs[k] = (fc_w2l_job){.key = WARM_KEY, .box_w = s, .box_h = s, .y0 = s / 2, .rgb = rgb,
                                .rgb_stride = s * 3, .mel = mel, .out = out};
+  unsigned long long key = WARM_KEY;
   for (int b = 1; !err; b = b == 1 ? WARM_SECOND : b * 2) {
     if (b > st->max_batch) b = st->max_batch;
-    for (int k = 0; !err && k < 2; k++) err = fc_w2l_composite(st->net, st->jobs, b, warm_base, st);
+    for (int k = 0; !err && k < 3; k++) {
+      if (k != 1) key--;
+      for (int j = 0; j < b; j++) st->jobs[j].key = key;
+      err = fc_w2l_composite(st->net, st->jobs, b, warm_base, st);
+    }
     if (b == st->max_batch) break;
   }
   free(rgb);

@@ -10,6 +10,18 @@
  * is dropped and refilled from the jobs that follow — a working set larger than the arena
  * (hundreds of long 1080p avatars at once) costs re-uploads, never wrong pixels.
  *
+ * Face features. A key's crop is the same every time, so the face encoder's outputs for it
+ * (the skip tensors the decoder concatenates, w2l_face_split: 568 KB a frame for the 96 network
+ * in fp16) are too: the first pass that sees a key stores them in a second arena (fixed-size
+ * records), and a batch whose every job has its record runs a pass without the face encoder,
+ * its concatenations reading the records (cuda_cudnn.c). A record counts only once the pass
+ * that wrote it has finished (w2l_ccache_commit), so a failed pass leaves no half-written
+ * record in use. The arena holds min(2 GiB, an eighth of the free device memory) —
+ * W2L_CUDA_FEATURE_MB overrides it, 0 turns the cache off — and at least max_batch records,
+ * else there is no feature cache; when it is full every record is dropped and refilled, and
+ * dropping the source cache drops them too. A full pass costs what it did without the cache,
+ * plus the copy of its new records.
+ *
  * Output. The finished I420 rects of a batch are packed (256-byte aligned) into one device
  * buffer and copied back in one transfer of exactly their size, then handed to the jobs. The
  * buffer grows when a batch needs more; the caller then drops the graphs that name it. */
@@ -23,12 +35,15 @@
 
 #define TAB_SLOTS 16384 /* power of two */
 #define ARENA_MAX ((size_t)1 << 30)
+#define FEAT_MAX ((size_t)2 << 30)
 #define ALIGN(x) (((x) + 255) & ~(size_t)255)
 
 typedef struct centry {
   uint64_t key;
   uint64_t rgb, base; /* arena offsets */
   int bw, bh, y0;
+  int fstate;    /* face features: 0 none, 1 a record given (being stored), 2 stored */
+  uint64_t feat; /* the record's offset in the feature arena */
 } centry;
 
 struct w2l_ccache {
@@ -42,6 +57,11 @@ struct w2l_ccache {
   w2l_cjob *h_jobs, *d_jobs; /* max_batch each */
   uint8_t *h_out, *d_out;
   size_t out_cap;
+  uint8_t *d_feat;            /* the feature arena: feat_slots records of feat_rec bytes */
+  size_t feat_rec, feat_slots, feat_used;
+  int feat_on;                /* w2l_ccache_features */
+  long long n_cached, n_full; /* live jobs run without / with the face encoder */
+  long long n_drops;          /* feature arena resets */
 };
 
 #define CK W2L_CU
@@ -52,6 +72,7 @@ void w2l_ccache_destroy(w2l_ccache *c) {
   cudaFree(c->d_src);
   cudaFree(c->d_jobs);
   cudaFree(c->d_out);
+  cudaFree(c->d_feat);
   cudaFreeHost(c->h_stage);
   cudaFreeHost(c->h_jobs);
   cudaFreeHost(c->h_out);
@@ -59,7 +80,29 @@ void w2l_ccache_destroy(w2l_ccache *c) {
   free(c);
 }
 
-int w2l_ccache_create(w2l_ccache **out, int max_batch, cudaStream_t st) {
+/* The feature arena, when it can hold max_batch records: cap_mb MiB (< 0: from the free memory
+ * after the other buffers). Not having one is not an error. */
+static void make_feature_arena(w2l_ccache *c, int max_batch, size_t rec, long cap_mb) {
+  size_t fr = 0, total = 0, cap;
+  if (!rec || !cap_mb || cudaMemGetInfo(&fr, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return;
+  }
+  if (cap_mb > 0) cap = (size_t)cap_mb << 20;
+  else cap = fr / 8 < FEAT_MAX ? fr / 8 : FEAT_MAX;
+  c->feat_rec = ALIGN(rec);
+  size_t slots = cap / c->feat_rec;
+  if (slots < (size_t)max_batch || cudaMalloc((void **)&c->d_feat, slots * c->feat_rec) != cudaSuccess) {
+    cudaGetLastError();
+    c->d_feat = NULL;
+    return;
+  }
+  c->feat_slots = slots;
+  c->feat_on = 1;
+}
+
+int w2l_ccache_create(w2l_ccache **out, int max_batch, size_t feat_bytes, long feat_mb,
+                      cudaStream_t st) {
   w2l_ccache *c = calloc(1, sizeof *c);
   *out = NULL;
   if (!c || !(c->tab = calloc(TAB_SLOTS, sizeof *c->tab))) {
@@ -84,6 +127,7 @@ int w2l_ccache_create(w2l_ccache **out, int max_batch, cudaStream_t st) {
     err = w2l_cuda_error(e, "device buffers");
     goto fail;
   }
+  make_feature_arena(c, max_batch, feat_bytes, feat_mb);
   *out = c;
   return FC_OK;
 fail:
@@ -139,11 +183,45 @@ static int upload(w2l_ccache *c, centry *e, const fc_w2l_job *j, fc_w2l_base_fn 
   return FC_OK;
 }
 
+/* Drops every feature record (the arena is full, or the cache was switched). */
+static void drop_features(w2l_ccache *c) {
+  for (int i = 0; i < TAB_SLOTS; i++) c->tab[i].fstate = 0;
+  c->feat_used = 0;
+  c->n_drops++;
+}
+
+/* Job k's feature fields: the record to read (all = still 1 when it is stored) or to write.
+ * 1 when the arena had to be emptied for it (the caller starts the batch again). */
+static int job_features(w2l_ccache *c, centry *e, w2l_cjob *j, int *all) {
+  j->feat = 0, j->store = 0;
+  if (!c->feat_on) {
+    *all = 0;
+    return 0;
+  }
+  if (e->fstate == 2) {
+    j->feat = e->feat;
+    return 0;
+  }
+  *all = 0;
+  if (e->fstate == 0) {
+    if (c->feat_used == c->feat_slots) {
+      drop_features(c);
+      return 1;
+    }
+    e->feat = c->feat_used++ * c->feat_rec, e->fstate = 1;
+  }
+  /* given earlier in this batch (the same key twice: both write the same bytes) or by a pass
+   * that failed */
+  j->feat = e->feat, j->store = 1;
+  return 0;
+}
+
 int w2l_ccache_resolve(w2l_ccache *c, const fc_w2l_job *jobs, int n, int nb, fc_w2l_base_fn base,
-                       void *user, int first, size_t *out_bytes, int *grew) {
+                       void *user, int first, size_t *out_bytes, int *grew, int *cached) {
   *grew = 0;
-  int reset = 0;
+  int reset = 0, freset = 0, all;
 restart:
+  all = 1;
   for (int k = 0; k < n; k++) {
     const fc_w2l_job *j = &jobs[k];
     int found;
@@ -158,8 +236,9 @@ restart:
           return fc_error_set(FC_ENOMEM, "wav2lip composite: one batch's faces exceed the %zu MB "
                               "device cache", c->src_cap >> 20);
         CK(cudaStreamSynchronize(c->st), "cache reset");
-        memset(c->tab, 0, TAB_SLOTS * sizeof *c->tab);
-        c->tab_used = 0, c->src_used = 0;
+        memset(c->tab, 0, TAB_SLOTS * sizeof *c->tab); /* the feature records go with them */
+        if (c->feat_used) c->n_drops++;
+        c->tab_used = 0, c->src_used = 0, c->feat_used = 0;
         reset = 1;
         goto restart;
       }
@@ -168,7 +247,16 @@ restart:
     }
     c->h_jobs[k] = (w2l_cjob){.rgb = e->rgb, .base = e->base, .bw = j->box_w, .bh = j->box_h,
                               .y0 = j->y0, .live = 1};
+    if (job_features(c, e, &c->h_jobs[k], &all)) {
+      if (freset) /* cannot happen: the arena holds max_batch records */
+        return fc_error_set(FC_ENOMEM, "wav2lip composite: feature records exhausted");
+      freset = 1;
+      goto restart;
+    }
   }
+  *cached = all;
+  if (all) c->n_cached += n;
+  else c->n_full += n;
   size_t total = 0;
   for (int k = 0; k < n; k++) {
     c->h_jobs[k].out = total;
@@ -192,6 +280,29 @@ restart:
   return FC_OK;
 }
 
+void w2l_ccache_commit(w2l_ccache *c, const fc_w2l_job *jobs, int n) {
+  for (int k = 0; k < n; k++) {
+    if (!c->h_jobs[k].store) continue;
+    int found;
+    centry *e = lookup(c, jobs[k].key, &found);
+    if (found && e->fstate == 1) e->fstate = 2;
+  }
+}
+
+int w2l_ccache_features(w2l_ccache *c, int on) {
+  if (on && !c->d_feat) return 0;
+  if (on != c->feat_on) drop_features(c);
+  c->feat_on = on;
+  return 1;
+}
+
+void w2l_ccache_feature_stats(const w2l_ccache *c, fc_w2l_feature_stats *fs) {
+  fs->on = c->feat_on;
+  fs->records = (long long)c->feat_used, fs->capacity = (long long)c->feat_slots;
+  fs->record_bytes = c->feat_rec;
+  fs->cached_frames = c->n_cached, fs->full_frames = c->n_full, fs->drops = c->n_drops;
+}
+
 void w2l_ccache_deliver(const w2l_ccache *c, const fc_w2l_job *jobs, int n) {
   for (int k = 0; k < n; k++)
     memcpy(jobs[k].out, c->h_out + c->h_jobs[k].out,
@@ -201,4 +312,5 @@ void w2l_ccache_deliver(const w2l_ccache *c, const fc_w2l_job *jobs, int n) {
 void w2l_ccache_buffers(const w2l_ccache *c, w2l_ccache_bufs *b) {
   b->d_src = c->d_src, b->d_jobs = c->d_jobs, b->h_jobs = c->h_jobs;
   b->d_out = c->d_out, b->h_out = c->h_out;
+  b->d_feat = c->d_feat;
 }

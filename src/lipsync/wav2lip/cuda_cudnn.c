@@ -210,8 +210,18 @@ static void cuda_describe(void *state, char *buf, size_t n) {
   char like[64] = "";
   if (s->n_inherited)
     snprintf(like, sizeof like, ", %d as at batch %d", s->n_inherited, s->search_upto);
-  snprintf(buf, n, "%s%scuDNN algorithms: %d from the cache, %d searched (%.2f s%s, %s)%s%s%s",
-           s->own_first ? "first layer on facecast's kernel; " : "", dense, s->n_cached,
+  if (s->n_retimed)
+    snprintf(like + strlen(like), sizeof like - strlen(like), ", %d retimed (%d changed)",
+             s->n_retimed, s->n_retimed_changed);
+  char feat[96] = "";
+  fc_w2l_feature_stats fs = {0};
+  if (s->cc) w2l_ccache_feature_stats(s->cc, &fs);
+  if (fs.capacity)
+    snprintf(feat, sizeof feat, "face features kept for up to %lld frames (%zu MiB)%s; ",
+             fs.capacity, (size_t)(fs.capacity * (long long)fs.record_bytes) >> 20,
+             fs.on ? "" : ", off");
+  snprintf(buf, n, "%s%s%scuDNN algorithms: %d from the cache, %d searched (%.2f s%s, %s)%s%s%s",
+           s->own_first ? "first layer on facecast's kernel; " : "", dense, feat, s->n_cached,
            s->n_searched, s->search_s, by, s->find_plain ? "cudnnFind" : "cudnnFindEx", like,
            path ? "; cache " : "; no cache (FACECAST_CACHE_DIR=off)", path ? path : "");
 }
@@ -372,6 +382,18 @@ static int create_inner(cstate *s, const fc_w2l *m) {
     for (int i = s->audio_first; i <= s->audio_last; i++)
       s->tp[m->ops[i].out] = s->abuf[(i - s->audio_first) & 1];
   }
+  /* the feature cache's parts: the face encoder's skip tensors, where its last op leaves them */
+  if (w2l_face_split_of(m, &s->fsplit)) {
+    s->parts.n = s->fsplit.nskip;
+    for (int k = 0; k < s->fsplit.nskip; k++) {
+      const w2l_op *o = &m->ops[s->fsplit.skip_op[k]];
+      const w2l_tensor *t = &m->tensors[o->in2];
+      s->skip_part[s->fsplit.skip_op[k]] = k + 1;
+      s->parts.src[k] = s->tp[o->in2];
+      s->parts.off[k] = s->fsplit.skip_off[k] * s->esz;
+      s->parts.bytes[k] = (size_t)t->h * t->w * t->c * s->esz;
+    }
+  }
   CU(cudaStreamSynchronize(s->st), "activation buffers");
   w2l_cudnn_note_memory(s);
   return FC_OK;
@@ -394,6 +416,10 @@ static int cuda_create(const fc_w2l *m, void **state) {
   s->profile = (ev = getenv("W2L_CUDA_PROFILE")) && atoi(ev) > 0;
   s->find_plain = (ev = getenv("W2L_CUDA_FIND")) && strcmp(ev, "plain") == 0;
   s->search_upto = m->search_upto;
+  s->feat_want = 1;
+  s->feat_mb = (ev = getenv("W2L_CUDA_FEATURE_MB")) && *ev ? strtol(ev, NULL, 10) : -1;
+  if (s->feat_mb < -1) s->feat_mb = -1;
+  s->retime = !((ev = getenv("W2L_CUDA_RETIME")) && strcmp(ev, "0") == 0);
   s->nograph = s->debug || s->timing || ((ev = getenv("W2L_CUDA_NOGRAPH")) && atoi(ev) > 0);
   int err = create_inner(s, m);
   if (err) {
@@ -559,14 +585,20 @@ static int enqueue(cstate *s, const fc_w2l *m, const cplan *p, int io, int batch
   size_t ncrop = (size_t)batch * 3 * P, nout = (size_t)batch * FC_W2L_OUT_C * P;
   void *face = s->face;
   w2l_ccache_bufs cb = {0};
-  if (io == W2L_IO_COMPOSITE) { /* the job table in; the crops made from the resident faces */
+  /* cached: the face encoder's outputs come from the feature cache, so no crops, no face input
+   * and no face encoder; a whole composite pass stores them for the jobs marked */
+  const int cached = io == W2L_IO_COMPOSITE_CACHED;
+  if (io == W2L_IO_COMPOSITE || cached) { /* the job table in; the crops made from the resident faces */
     w2l_ccache_buffers(s->cc, &cb);
     CU(cudaMemcpyAsync(cb.d_jobs, cb.h_jobs, sizeof(w2l_cjob) * batch, cudaMemcpyHostToDevice,
                        s->st),
        "upload");
-    CU((cudaError_t)w2l_cuda_crop_jobs(cb.d_src, cb.d_jobs, batch, m->face, (uint8_t *)s->d_in, s->st),
-       "crop kernel");
+    if (!cached)
+      CU((cudaError_t)w2l_cuda_crop_jobs(cb.d_src, cb.d_jobs, batch, m->face, (uint8_t *)s->d_in,
+                                         s->st),
+         "crop kernel");
   }
+  const int store = io == W2L_IO_COMPOSITE && cb.d_feat && s->fsplit.face_ops > 0;
   if (io != W2L_IO_RESIDENT) {
     size_t fbytes = io == W2L_IO_U8 ? ncrop : io == W2L_IO_F32 ? nface * sizeof(float) : 0;
     if (fbytes)
@@ -574,7 +606,9 @@ static int enqueue(cstate *s, const fc_w2l *m, const cplan *p, int io, int batch
     CU(cudaMemcpyAsync(s->d_in + s->mel_off, s->h_in + s->mel_off, nmel * sizeof(float),
                        cudaMemcpyHostToDevice, s->st),
        "upload");
-    if (io != W2L_IO_F32)
+    if (cached) {
+      /* no face input */
+    } else if (io != W2L_IO_F32)
       CU((cudaError_t)w2l_cuda_crops_to_input((const uint8_t *)s->d_in, face, FACE_CP, batch,
                                               m->face, s->dtype, s->st),
          "input kernel");
@@ -604,6 +638,7 @@ static int enqueue(cstate *s, const fc_w2l *m, const cplan *p, int io, int batch
       CU(cudaEventRecord(s->join, s->st2), "join");
       CU(cudaStreamWaitEvent(s->st, s->join, 0), "join");
     }
+    if (cached && i < s->fsplit.face_ops) continue;
     if (o->kind == W2L_OP_CONV && i == s->face_op && s->own_first) {
       const w2l_tensor *t = &m->tensors[o->out];
       CU((cudaError_t)w2l_cuda_conv_first(s->tp[o->in], s->first_w, s->layers[o->layer].b32,
@@ -612,12 +647,21 @@ static int enqueue(cstate *s, const fc_w2l *m, const cplan *p, int io, int batch
          "first layer kernel");
     } else if (o->kind == W2L_OP_CONV) {
       if ((err = run_conv(s, m, o, &p->ops[i], batch, lane2))) return err;
+    } else if (cached && s->skip_part[i]) {
+      const w2l_tensor *a = &m->tensors[o->in], *b = &m->tensors[o->in2];
+      CU((cudaError_t)w2l_cuda_concat_cached(s->tp[o->in], a->c, cb.d_feat,
+                                             s->parts.off[s->skip_part[i] - 1], cb.d_jobs, b->c,
+                                             s->tp[o->out], batch, a->h * a->w, s->dtype, s->st),
+         "concat kernel");
     } else {
       const w2l_tensor *a = &m->tensors[o->in], *b = &m->tensors[o->in2];
       CU((cudaError_t)w2l_cuda_concat(s->tp[o->in], a->c, s->tp[o->in2], b->c, s->tp[o->out],
                                       (size_t)batch * a->h * a->w, s->dtype, s->st),
          "concat kernel");
     }
+    if (store && i == s->fsplit.face_ops - 1) /* every skip tensor is made and still alive */
+      CU((cudaError_t)w2l_cuda_store_features(&s->parts, cb.d_jobs, batch, cb.d_feat, s->st),
+         "feature store kernel");
     if (s->debug) debug_op(s, m, i, batch);
   }
   /* head: the last 1x1 conv + sigmoid + output conversion; resident runs write bytes too */
@@ -629,11 +673,11 @@ static int enqueue(cstate *s, const fc_w2l *m, const cplan *p, int io, int batch
                                 io == W2L_IO_F32 ? NULL : s->d_out, batch, P, s->dtype, s->st),
      "output kernel");
   if (s->timing) cudaEventRecord(s->ev[m->nops], s->st);
-  if (io == W2L_IO_COMPOSITE) /* the patches, blended into their backgrounds, stay on the device */
+  if (io == W2L_IO_COMPOSITE || cached) /* the patches, blended into their backgrounds, stay on the device */
     CU((cudaError_t)w2l_cuda_paste_jobs((const uint8_t *)s->d_out, m->face, cb.d_src, cb.d_jobs, batch,
                                         cb.d_out, s->st),
        "paste kernel");
-  if (io == W2L_IO_RESIDENT || io == W2L_IO_COMPOSITE) return FC_OK;
+  if (io == W2L_IO_RESIDENT || io == W2L_IO_COMPOSITE || cached) return FC_OK;
   CU(cudaMemcpyAsync(s->h_out, s->d_out, io == W2L_IO_U8 ? ncrop : nout * sizeof(float),
                      cudaMemcpyDeviceToHost, s->st),
      "download");
@@ -711,23 +755,29 @@ static int cuda_composite(void *state, const fc_w2l *m, const fc_w2l_job *jobs, 
   if ((err = cuda_prepare(s, m, nb))) return err; /* also makes the device current */
   cplan *p = find_plan(s, nb);
   if (!s->cc) {
-    if ((err = w2l_ccache_create(&s->cc, m->max_batch, s->st))) return err;
+    size_t rec = s->fsplit.face_ops ? s->fsplit.frame_elems * s->esz : 0;
+    if ((err = w2l_ccache_create(&s->cc, m->max_batch, rec, s->feat_mb, s->st))) return err;
+    if (!s->feat_want) w2l_ccache_features(s->cc, 0);
     w2l_cudnn_note_memory(s);
   }
   size_t outb = 0;
-  err = w2l_ccache_resolve(s->cc, jobs, n, nb, base, user, first, &outb, &grew);
+  int cached = 0;
+  err = w2l_ccache_resolve(s->cc, jobs, n, nb, base, user, first, &outb, &grew, &cached);
   if (grew) { /* the output buffer moved (or is gone): the composite graphs name the old one */
     for (cplan *q = s->plans; q; q = q->next)
-      if (q->graph[W2L_IO_COMPOSITE])
-        cudaGraphExecDestroy(q->graph[W2L_IO_COMPOSITE]), q->graph[W2L_IO_COMPOSITE] = NULL;
+      for (int k = W2L_IO_COMPOSITE; k <= W2L_IO_COMPOSITE_CACHED; k++)
+        if (q->graph[k]) cudaGraphExecDestroy(q->graph[k]), q->graph[k] = NULL;
     w2l_cudnn_note_memory(s);
   }
   if (err) return err;
   const size_t mel = (size_t)FC_W2L_MEL_H * FC_W2L_MEL_W;
   for (int k = 0; k < n; k++)
     memcpy((float *)(s->h_in + s->mel_off) + k * mel, jobs[k].mel, sizeof(float) * mel);
-  int io = W2L_IO_COMPOSITE;
-  if (p->warm && !s->nograph && !p->graph[io] && !p->nograph[io]) capture(s, m, p, io, nb);
+  /* a pass without the face encoder is captured once any eager pass ran (its ops are a subset);
+   * a whole one only after a whole eager pass (that settles the face encoder's fused calls) */
+  int io = cached ? W2L_IO_COMPOSITE_CACHED : W2L_IO_COMPOSITE;
+  int warm = p->warm || (cached && p->warm_cached);
+  if (warm && !s->nograph && !p->graph[io] && !p->nograph[io]) capture(s, m, p, io, nb);
   if (p->graph[io]) {
     CU(cudaGraphLaunch(p->graph[io], s->st), "graph launch");
   } else if ((err = enqueue(s, m, p, io, nb))) {
@@ -737,9 +787,27 @@ static int cuda_composite(void *state, const fc_w2l *m, const fc_w2l_job *jobs, 
   w2l_ccache_buffers(s->cc, &cb);
   CU(cudaMemcpyAsync(cb.h_out, cb.d_out, outb, cudaMemcpyDeviceToHost, s->st), "download");
   CU(cudaStreamSynchronize(s->st), "composite");
-  p->warm = 1;
+  if (cached) p->warm_cached = 1;
+  else p->warm = 1;
+  w2l_ccache_commit(s->cc, jobs, n);
   w2l_ccache_deliver(s->cc, jobs, n);
   return FC_OK;
+}
+
+static int cuda_features(void *state, int on) {
+  cstate *s = state;
+  if (on && !s->fsplit.face_ops)
+    return fc_error_set(FC_EUNSUPPORTED, "wav2lip cuda: this network's face encoder does not split off");
+  s->feat_want = on;
+  if (s->cc && !w2l_ccache_features(s->cc, on))
+    return fc_error_set(FC_EUNSUPPORTED, "wav2lip cuda: no room for a feature cache "
+                                         "(W2L_CUDA_FEATURE_MB, or too little device memory)");
+  return FC_OK;
+}
+
+static void cuda_feature_stats(void *state, fc_w2l_feature_stats *st) {
+  cstate *s = state;
+  if (s->cc) w2l_ccache_feature_stats(s->cc, st);
 }
 
 static int cuda_run_op(void *state, const fc_w2l *m, int op, int batch) {
@@ -750,4 +818,4 @@ const w2l_backend fc_w2l_backend_cudnn = {
     .name = "cuda", .create = cuda_create, .destroy = cuda_destroy, .prepare = cuda_prepare,
     .run_op = cuda_run_op, .infer = cuda_infer, .composite = cuda_composite,
     .device_bytes = cuda_device_bytes, .device_memory = cuda_device_memory,
-    .describe = cuda_describe};
+    .describe = cuda_describe, .features = cuda_features, .feature_stats = cuda_feature_stats};

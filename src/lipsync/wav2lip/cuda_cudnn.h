@@ -36,7 +36,8 @@ typedef struct cop {
 
 typedef struct cplan {
   int batch;
-  int warm;                           /* ran once eagerly */
+  int warm;                           /* a whole pass ran once eagerly */
+  int warm_cached;                    /* a pass without the face encoder did */
   double search_s;                    /* seconds its algorithm search took */
   int passes;                         /* eager passes so far (W2L_CUDA_TIMING) */
   cudaGraphExec_t graph[W2L_IO_COUNT]; /* per I/O kind, captured on the second call */
@@ -79,6 +80,14 @@ typedef struct cstate {
   cplan *plans;
   size_t free0, peak; /* free device memory before load; peak held since (bytes) */
   w2l_ccache *cc;     /* fc_w2l_composite's device state, made on its first call */
+  /* the face-feature cache (cuda_composite.c): the face encoder's split (model.c; face_ops 0:
+   * none), each op's skip part + 1 (0: not a concatenation of one), the store kernel's parts,
+   * and whether it is wanted (fc_w2l_set_feature_cache; applied when cc is made) */
+  w2l_face_split fsplit;
+  int skip_part[W2L_MAX_OPS];
+  w2l_skip_parts parts;
+  int feat_want;
+  long feat_mb; /* W2L_CUDA_FEATURE_MB, read at load (-1: unset) */
   /* diagnostics from the environment, read at load: W2L_CUDA_NOFUSE=1 never uses the fused
    * cuDNN call; W2L_CUDA_FIXED_ALGO=1 takes IMPLICIT_PRECOMP_GEMM / BWD_DATA_ALGO_1 instead of
    * timing the algorithms; W2L_CUDA_DEBUG=1 prints each op's algorithm and output range */
@@ -100,6 +109,8 @@ typedef struct cstate {
   int n_cached, n_searched; /* convolutions set up from the cache / by a search */
   int n_inherited;          /* ... as at batch search_upto (fc_w2l_params) */
   int search_upto;
+  int retime;            /* small batches: Find's close candidates timed again (cuda_plan.c) */
+  int n_retimed, n_retimed_changed; /* ... convolutions, and those whose pick it changed */
   int save_failed;       /* the cache file could not be written (said once) */
 } cstate;
 

@@ -575,6 +575,29 @@ long long fc_w2l_macs_per_frame(const fc_w2l *m) {
   return macs;
 }
 
+int w2l_face_split_of(const fc_w2l *m, w2l_face_split *fs) {
+  unsigned char face[W2L_MAX_TENSORS] = {0};
+  memset(fs, 0, sizeof *fs);
+  face[m->t_face] = 1;
+  int e = 0;
+  while (e < m->nops && m->ops[e].kind == W2L_OP_CONV && face[m->ops[e].in]) face[m->ops[e++].out] = 1;
+  if (e == 0) return 0;
+  w2l_face_split r = {.face_ops = e};
+  for (int i = e; i < m->nops; i++) {
+    const w2l_op *o = &m->ops[i];
+    if (face[o->in] || face[o->out]) return 0;
+    if (o->kind != W2L_OP_CONCAT || !face[o->in2]) continue;
+    if (r.nskip == W2L_MAX_SKIPS) return 0;
+    const w2l_tensor *t = &m->tensors[o->in2];
+    r.skip_op[r.nskip] = i;
+    r.skip_off[r.nskip++] = r.frame_elems;
+    r.frame_elems += ((size_t)t->h * t->w * t->c + 7) & ~(size_t)7;
+  }
+  if (!r.nskip) return 0;
+  *fs = r;
+  return 1;
+}
+
 /* Host side of the u8 path for backends without infer(): the six NHWC input channels from RGB
  * bytes, and bytes from the logits (the cuda backend does both in w2l_kernels.cu). */
 static void crops_to_nhwc(const unsigned char *crops, float *dst, int batch, int F) {
@@ -682,6 +705,20 @@ void fc_w2l_describe(const fc_w2l *m, char *buf, size_t n) {
   if (!buf || !n) return;
   buf[0] = 0;
   if (m && m->be && m->be->describe) m->be->describe(m->bstate, buf, n);
+}
+
+int fc_w2l_set_feature_cache(fc_w2l *m, int on) {
+  if (!m) return fc_error_set(FC_EINVAL, "wav2lip: bad arguments");
+  if (m->be && m->be->features) return m->be->features(m->bstate, on);
+  return on ? fc_error_set(FC_EUNSUPPORTED, "wav2lip: device %s keeps no face features",
+                           m->be ? m->be->name : "?")
+            : FC_OK;
+}
+
+void fc_w2l_feature_stats_get(const fc_w2l *m, fc_w2l_feature_stats *st) {
+  if (!st) return;
+  memset(st, 0, sizeof *st);
+  if (m && m->be && m->be->feature_stats) m->be->feature_stats(m->bstate, st);
 }
 
 size_t fc_w2l_device_bytes(const fc_w2l *m) {

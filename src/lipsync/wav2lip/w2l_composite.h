@@ -19,10 +19,13 @@
 #endif
 
 /* One job as the CUDA kernels read it: byte offsets into the source arena (face box RGB, tight
- * rows; the patch rect's background I420) and into the output buffer (the finished I420). */
+ * rows; the patch rect's background I420), into the output buffer (the finished I420) and into
+ * the feature arena (the job's face-encoder outputs, cuda_composite.c: written after the face
+ * encoder when store is set, read by a pass that skips the face encoder). */
 typedef struct w2l_cjob {
-  uint64_t rgb, base, out;
+  uint64_t rgb, base, out, feat;
   int32_t bw, bh, y0, live; /* live 0: a padding job (nothing read or written) */
+  int32_t store, pad_;
 } w2l_cjob;
 
 /* Sample d of dst_len along an axis of src_len samples (pixel centres aligned): source index and

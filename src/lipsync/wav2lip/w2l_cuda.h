@@ -75,22 +75,51 @@ int w2l_cuda_crop_jobs(const uint8_t *src, const void *jobs, int n, int side, ui
 int w2l_cuda_paste_jobs(const uint8_t *net, int side, const uint8_t *src, const void *jobs, int n,
                         uint8_t *out, cudaStream_t s);
 
+/* The face-feature cache's side of a pass (see cuda_composite.c): after the face encoder, each
+ * job with store set copies its frame's skip tensors (n parts: part k is bytes[k] a frame at
+ * src[k], frames packed) to arena + its feat offset + off[k]; a pass without the face encoder
+ * then concatenates a (ca channels a pixel) with each job's part from the arena (cb channels a
+ * pixel, part offset off bytes) into out. */
+typedef struct w2l_skip_parts {
+  const void *src[10];
+  unsigned long long off[10], bytes[10];
+  int n;
+} w2l_skip_parts;
+int w2l_cuda_store_features(const w2l_skip_parts *parts, const void *jobs, int n, uint8_t *arena,
+                            cudaStream_t s);
+int w2l_cuda_concat_cached(const void *a, int ca, const uint8_t *arena, size_t off,
+                           const void *jobs, int cb, void *out, int n, int hw, int dt,
+                           cudaStream_t s);
+
 /* The composite path's device state (cuda_composite.c): the source cache (avatar face pixels by
- * key), the job table and the output buffer. All copies go on stream st. */
+ * key), the face features by key, the job table and the output buffer. All copies go on stream
+ * st. */
 typedef struct w2l_ccache w2l_ccache;
 typedef struct w2l_ccache_bufs {
   uint8_t *d_src;          /* the source arena */
   void *d_jobs, *h_jobs;   /* w2l_cjob[max_batch], device and pinned host */
   uint8_t *d_out, *h_out;  /* the packed finished rects */
+  uint8_t *d_feat;         /* the feature arena, NULL when there is none */
 } w2l_ccache_bufs;
-int w2l_ccache_create(w2l_ccache **c, int max_batch, cudaStream_t st);
+/* feat_bytes: one frame's feature record (0: no feature cache); feat_mb: the feature arena's
+ * MiB (0: none, < 0: min(2 GiB, an eighth of the free device memory)) */
+int w2l_ccache_create(w2l_ccache **c, int max_batch, size_t feat_bytes, long feat_mb,
+                      cudaStream_t st);
 void w2l_ccache_destroy(w2l_ccache *c);
 /* Makes jobs[0..n) resident (uploading new keys, asking base(user, first + k) for their
  * background), fills the host job table (padding jobs n..nb-1 dead) and the packed output
  * offsets; *out_bytes: the bytes to copy back; *grew: the output buffer moved (graphs that name
- * it are stale). */
+ * it are stale); *cached: every job's face features are stored (the pass may skip the face
+ * encoder), else the pass must store those of the jobs marked. */
 int w2l_ccache_resolve(w2l_ccache *c, const struct fc_w2l_job *jobs, int n, int nb,
-                       fc_w2l_base_fn base, void *user, int first, size_t *out_bytes, int *grew);
+                       fc_w2l_base_fn base, void *user, int first, size_t *out_bytes, int *grew,
+                       int *cached);
+/* After a pass that finished: the records it stored count from now on. */
+void w2l_ccache_commit(w2l_ccache *c, const struct fc_w2l_job *jobs, int n);
+/* Feature cache on or off (what was stored is dropped when it changes); 0 when asked on without
+ * an arena, else 1. */
+int w2l_ccache_features(w2l_ccache *c, int on);
+void w2l_ccache_feature_stats(const w2l_ccache *c, fc_w2l_feature_stats *fs);
 /* After the copy back: each job's finished rect into its out buffer. */
 void w2l_ccache_deliver(const w2l_ccache *c, const struct fc_w2l_job *jobs, int n);
 void w2l_ccache_buffers(const w2l_ccache *c, w2l_ccache_bufs *b);

@@ -109,13 +109,18 @@ struct w2l_backend {
   int (*device_memory)(void *state, size_t *free_bytes, size_t *total_bytes);
   /* Optional: how the backend got ready, one line for the start-up log (fc_w2l_describe). */
   void (*describe)(void *state, char *buf, size_t n);
+  /* Optional: the composite path's face-feature cache (fc_w2l_set_feature_cache). */
+  int (*features)(void *state, int on);
+  void (*feature_stats)(void *state, fc_w2l_feature_stats *st);
 };
 
 /* What infer() moves: float NCHW tensors (in = faces, out = sigmoid output), RGB byte crops
  * (fc_w2l_infer_u8), or nothing (fc_w2l_run_resident: the inputs already on the device);
  * W2L_IO_COMPOSITE is the CUDA backend's own composite() pass (crops made and patches blended
- * on the device). */
-enum { W2L_IO_F32, W2L_IO_U8, W2L_IO_RESIDENT, W2L_IO_COMPOSITE, W2L_IO_COUNT };
+ * on the device), W2L_IO_COMPOSITE_CACHED the same without the face encoder (its outputs read
+ * from the feature cache). */
+enum { W2L_IO_F32, W2L_IO_U8, W2L_IO_RESIDENT, W2L_IO_COMPOSITE, W2L_IO_COMPOSITE_CACHED,
+       W2L_IO_COUNT };
 
 extern const w2l_backend fc_w2l_backend_ref;
 extern const w2l_backend fc_w2l_backend_dnnl;
@@ -144,6 +149,23 @@ int fc_w2l_infer_tap(fc_w2l *m, const float *mel, const float *faces, float *out
  * error details (NULL: "(memory)"). */
 fc_w2l *fc_w2l_load_mem(const void *data, size_t size, const char *name, const fc_w2l_params *p,
                         int *err);
+
+/* The face encoder's part of the graph, for keeping its outputs per avatar frame (the CUDA
+ * backend's feature cache): ops [0, face_ops) read only the face input and each other's
+ * outputs, and every tensor of theirs that a later op reads is the second input of a
+ * concatenation (a skip connection). skip[k] is the k-th such concatenation in op order, with
+ * the offset of its tensor in one frame's feature record, in elements (each part rounded up to
+ * 8 elements, so 16-bit vectors stay 16-byte aligned); frame_elems is the record's size. */
+#define W2L_MAX_SKIPS 10
+typedef struct w2l_face_split {
+  int face_ops;
+  int nskip;
+  int skip_op[W2L_MAX_SKIPS];     /* the concatenation's op index */
+  size_t skip_off[W2L_MAX_SKIPS]; /* elements into the record */
+  size_t frame_elems;
+} w2l_face_split;
+/* Fills *fs for m: 1, or 0 with *fs zeroed when the graph does not split so. */
+int w2l_face_split_of(const fc_w2l *m, w2l_face_split *fs);
 
 /* Multiply-adds per frame of the loaded network's convolutions (for reports and tests). */
 long long fc_w2l_macs_per_frame(const fc_w2l *m);

@@ -193,7 +193,70 @@ __global__ void k_paste_jobs(const uint8_t *net, int side, const uint8_t *src,
   }
 }
 
+/* The feature cache (w2l_cuda.h): unit U is 16 bytes where every size and offset allows, else
+ * 2 (the element size of a 16-bit type; fp32 parts are 4-byte multiples). Store: block row y is
+ * job y; its threads walk the parts' units in turn. */
+template <typename U>
+__global__ void k_store_features(const w2l_skip_parts parts, const w2l_cjob *jobs, uint8_t *arena) {
+  const w2l_cjob j = jobs[blockIdx.y];
+  if (!j.live || !j.store) return;
+  unsigned long long total = 0;
+  for (int k = 0; k < parts.n; k++) total += parts.bytes[k] / sizeof(U);
+  GRID_STRIDE(unsigned long long, i, total) {
+    int k = 0;
+    unsigned long long u = i;
+    while (u >= parts.bytes[k] / sizeof(U)) u -= parts.bytes[k++] / sizeof(U);
+    const U *src = (const U *)((const uint8_t *)parts.src[k] + blockIdx.y * parts.bytes[k]);
+    ((U *)(arena + j.feat + parts.off[k]))[u] = src[u];
+  }
+}
+
+/* concat with the second part from each job's record: ua units of a, then ub of the record */
+template <typename U>
+__global__ void k_concat_cached(const U *a, int ua, const uint8_t *arena, unsigned long long off,
+                                const w2l_cjob *jobs, int ub, U *out, int hw, unsigned total) {
+  unsigned u = (unsigned)(ua + ub);
+  GRID_STRIDE(unsigned, i, total) {
+    unsigned k = i % u, p = i / u, n = p / (unsigned)hw, q = p % (unsigned)hw;
+    out[i] = k < (unsigned)ua ? a[p * ua + k]
+                              : ((const U *)(arena + jobs[n].feat + off))[q * ub + (k - ua)];
+  }
+}
+
 }  // namespace
+
+static bool all16(const w2l_skip_parts *p) {
+  for (int k = 0; k < p->n; k++)
+    if (p->off[k] % 16 || p->bytes[k] % 16 || (uintptr_t)p->src[k] % 16) return false;
+  return true;
+}
+
+extern "C" int w2l_cuda_store_features(const w2l_skip_parts *parts, const void *jobs, int n,
+                                       uint8_t *arena, cudaStream_t s) {
+  dim3 grid(64, (unsigned)n);
+  if (all16(parts)) k_store_features<uint4><<<grid, 256, 0, s>>>(*parts, (const w2l_cjob *)jobs, arena);
+  else k_store_features<uint16_t><<<grid, 256, 0, s>>>(*parts, (const w2l_cjob *)jobs, arena);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int w2l_cuda_concat_cached(const void *a, int ca, const uint8_t *arena, size_t off,
+                                      const void *jobs, int cb, void *out, int n, int hw, int dt,
+                                      cudaStream_t s) {
+  size_t esz = dt == W2L_DT_F32 ? 4 : 2, bytes = (size_t)n * hw * (ca + cb) * esz;
+  if (bytes / 2 >= (1u << 31)) return (int)cudaErrorInvalidValue; /* 32-bit unit indices */
+  if ((ca * esz) % 16 == 0 && (cb * esz) % 16 == 0 && off % 16 == 0) {
+    int ua = (int)(ca * esz / 16), ub = (int)(cb * esz / 16);
+    unsigned nu = (unsigned)(bytes / 16);
+    k_concat_cached<uint4><<<blocks(nu), 256, 0, s>>>((const uint4 *)a, ua, arena, off,
+                                                     (const w2l_cjob *)jobs, ub, (uint4 *)out, hw, nu);
+  } else {
+    int ua = (int)(ca * esz / 2), ub = (int)(cb * esz / 2);
+    unsigned nu = (unsigned)(bytes / 2);
+    k_concat_cached<uint16_t><<<blocks(nu), 256, 0, s>>>((const uint16_t *)a, ua, arena, off,
+                                                        (const w2l_cjob *)jobs, ub, (uint16_t *)out, hw, nu);
+  }
+  return (int)cudaGetLastError();
+}
 
 extern "C" int w2l_cuda_nchw_to_nhwc(const float *src, void *dst, int cdst, int n, int c, int hw,
                                      int dt, cudaStream_t s) {

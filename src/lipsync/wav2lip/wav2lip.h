@@ -128,6 +128,28 @@ typedef int (*fc_w2l_base_fn)(void *user, int j);
  * the outputs are undefined. */
 int fc_w2l_composite(fc_w2l *m, const fc_w2l_job *jobs, int n, fc_w2l_base_fn base, void *user);
 
+/* The composite path's face-feature cache ("cuda" only; the CPU backends have none). The face
+ * encoder's outputs depend on the crop alone, i.e. on the job's key, so the first pass that
+ * sees a key keeps them on the device (the skip tensors the decoder concatenates: 568 KB a
+ * frame for the 96 network in fp16, records in an arena of min(2 GiB, an eighth of the free
+ * device memory), W2L_CUDA_FEATURE_MB=N sets its size, 0 turns it off), and a batch whose
+ * every job is kept runs without the face encoder: the same bytes out for less work. On by
+ * default where there is an arena. fc_w2l_set_feature_cache turns it off (every pass computes
+ * the face encoder, for measuring) or on again; either drops what is kept. FC_EUNSUPPORTED
+ * when turning it on where there is no cache. */
+typedef struct fc_w2l_feature_stats {
+  int on;                    /* in use */
+  long long records;         /* frames kept now */
+  long long capacity;        /* frames the arena holds (0: no cache) */
+  size_t record_bytes;       /* device bytes a frame */
+  long long cached_frames;   /* jobs run without the face encoder so far */
+  long long full_frames;     /* jobs run with it */
+  long long drops;           /* times every record was dropped (the arena full, or switched) */
+} fc_w2l_feature_stats;
+int fc_w2l_set_feature_cache(fc_w2l *m, int on);
+/* Zeroes *st where there is no cache (the CPU, or before the first composite call). */
+void fc_w2l_feature_stats_get(const fc_w2l *m, fc_w2l_feature_stats *st);
+
 /* For benchmarks: runs the network again on the inputs of the previous infer call, leaving the
  * result on the device: the model alone, as the PyTorch anchors time it (tensors resident).
  * FC_EINVAL before any infer call of that batch size. */
