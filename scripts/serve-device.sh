@@ -342,9 +342,10 @@ features)
   # The face-feature cache and the small-batch retiming (issue 18), each against its reference
   # in one call: test_w2l_composite (the cache's parity with a model that computes every
   # frame), then ROUNDS (2) rounds of `bench model` fp16 on make_bench_wav2lip's checkpoint at
-  # BATCHES, the default and W2L_CUDA_RETIME=0 taking turns, each from an empty algorithm
+  # BATCHES, the default and W2L_CUDA_RETIME=1 taking turns, each from an empty algorithm
   # cache (its own search: the retiming is about which algorithms a search picks); the
-  # `composite` and `kept` columns are the cache off and on. V256=1: then the same bench
+  # `composite` and `kept` columns are the cache off and on (W2L_CUDA_FEATURE_MB=auto: both
+  # are opt-in until measured). V256=1: then the same bench
   # (default only) on a wav2lip256 checkpoint (tools/bench_wav2lip256.py make, ~1 min, kept in
   # /tmp) at V256_BATCHES; STARTUP=1: `bench startup --runs 3` with Wav2Lip on the GPU.
   unpack || exit 1; env_up; OUT=${OUT:-/tmp}
@@ -357,9 +358,9 @@ features)
   CK=/tmp/bench-$(sha256sum <tools/make_bench_wav2lip.py | cut -c1-12).pth
   [ -s $CK ] || timeout 100 python3 tools/make_bench_wav2lip.py $CK 2>&1 | tail -2
   for round in $(seq ${ROUNDS:-2}); do
-    for w in default W2L_CUDA_RETIME=0; do
+    for w in default W2L_CUDA_RETIME=1; do
       rm -rf /tmp/algos-f; echo "$w (round $round):"
-      env $(echo "$w" | sed 's/^default$//') FACECAST_CACHE_DIR=/tmp/algos-f timeout 150 \
+      env $(echo "$w" | sed 's/^default$//') W2L_CUDA_FEATURE_MB=auto FACECAST_CACHE_DIR=/tmp/algos-f timeout 150 \
         $X/facecast bench model --checkpoint $CK --device cuda --dtype fp16 \
         --batches ${BATCHES:-1,16,32,128,512} --seconds 0.4 --json
     done

@@ -468,7 +468,7 @@ static void test_features_cpu(void) {
 
 static void features_case(const char *ckpt, int dtype, int max_batch, const char *arena_mb) {
   int skipped;
-  if (arena_mb) setenv("W2L_CUDA_FEATURE_MB", arena_mb, 1);
+  setenv("W2L_CUDA_FEATURE_MB", arena_mb ? arena_mb : "auto", 1); /* opt-in for now */
   fc_w2l *g = load_ckpt(ckpt, "cuda", dtype, max_batch, &skipped);
   unsetenv("W2L_CUDA_FEATURE_MB"); /* read at g's first composite call: set again below */
   if (skipped) return;

@@ -16,8 +16,8 @@
  * records), and a batch whose every job has its record runs a pass without the face encoder,
  * its concatenations reading the records (cuda_cudnn.c). A record counts only once the pass
  * that wrote it has finished (w2l_ccache_commit), so a failed pass leaves no half-written
- * record in use. The arena holds min(2 GiB, an eighth of the free device memory) —
- * W2L_CUDA_FEATURE_MB overrides it, 0 turns the cache off — and at least max_batch records,
+ * record in use. Opt-in until measured on a GPU: W2L_CUDA_FEATURE_MB=auto gives the arena
+ * min(2 GiB, an eighth of the free device memory), =N N MiB; it needs room for max_batch records,
  * else there is no feature cache; when it is full every record is dropped and refilled, and
  * dropping the source cache drops them too. A full pass costs what it did without the cache,
  * plus the copy of its new records.

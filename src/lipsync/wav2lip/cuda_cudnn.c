@@ -417,9 +417,11 @@ static int cuda_create(const fc_w2l *m, void **state) {
   s->find_plain = (ev = getenv("W2L_CUDA_FIND")) && strcmp(ev, "plain") == 0;
   s->search_upto = m->search_upto;
   s->feat_want = 1;
-  s->feat_mb = (ev = getenv("W2L_CUDA_FEATURE_MB")) && *ev ? strtol(ev, NULL, 10) : -1;
-  if (s->feat_mb < -1) s->feat_mb = -1;
-  s->retime = !((ev = getenv("W2L_CUDA_RETIME")) && strcmp(ev, "0") == 0);
+  /* opt-in until measured on a GPU: W2L_CUDA_FEATURE_MB=auto (min(2 GiB, free/8)) or =N MiB */
+  ev = getenv("W2L_CUDA_FEATURE_MB");
+  s->feat_mb = !ev || !*ev ? 0 : strcmp(ev, "auto") == 0 ? -1 : strtol(ev, NULL, 10);
+  if (s->feat_mb < -1) s->feat_mb = 0;
+  s->retime = (ev = getenv("W2L_CUDA_RETIME")) && strcmp(ev, "1") == 0; /* opt-in until measured */
   s->nograph = s->debug || s->timing || ((ev = getenv("W2L_CUDA_NOGRAPH")) && atoi(ev) > 0);
   int err = create_inner(s, m);
   if (err) {
