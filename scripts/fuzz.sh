@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
-all=(checkpoint safetensors npy w2l algocache facecache ltcoords ltframes wav image pack haar landmarks json sdp llm voice asr config resp webhook videospec h264au fleet http multipart ws)
+all=(checkpoint safetensors npy w2l algocache facecache ltcoords ltframes wav image pack haar landmarks json sdp llm voice asr config resp webhook videospec h264au h264still fleet http multipart ws)
 targets=("$@")
 ((${#targets[@]})) || targets=("${all[@]}")
 
