@@ -7,8 +7,11 @@
 #include "facecast/error.h"
 
 #include <glib.h>
-#include <glib/gstdio.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define VERSION 1
 #define OFF_ID 16
@@ -167,28 +170,10 @@ int fc_face_cache_load(const char *path, const fc_face_key *k, fc_face_entry *e)
 }
 
 int fc_face_cache_save(const char *path, const fc_face_entry *e) {
-  static atomic_int serial;
   uint8_t rec[FC_FACE_CACHE_BYTES];
   fc_face_cache_encode(e, rec);
-  char *dir = g_path_get_dirname(path),
-       *tmp = g_strdup_printf("%s.%d.%d.tmp", path, (int)getpid(), atomic_fetch_add(&serial, 1));
-  int err = FC_OK;
-  FILE *f = NULL;
-  if (g_mkdir_with_parents(dir, 0755) != 0 || !(f = fopen(tmp, "wbx")) ||
-      fwrite(rec, 1, sizeof rec, f) != sizeof rec || fflush(f) != 0 || fsync(fileno(f)) != 0) {
-    err = fc_error_set(FC_EIO, "face cache %s: %s", path, strerror(errno));
-    goto done;
-  }
-  int rc = fclose(f);
-  f = NULL;
-  if (rc != 0 || rename(tmp, path) != 0) {
-    err = fc_error_set(FC_EIO, "face cache %s: %s", path, strerror(errno));
-    goto done;
-  }
-done:
-  if (f) fclose(f);
+  int err = fc_file_replace(path, rec, sizeof rec, "face cache");
   if (err) {
-    g_unlink(tmp);
     atomic_fetch_add(&n_failures, 1);
     if (!atomic_exchange(&failure_shown, 1))
       fprintf(stderr, "facecast: %s (not cached; later failures are not shown)\n",
@@ -196,8 +181,6 @@ done:
   } else {
     atomic_fetch_add(&n_writes, 1);
   }
-  g_free(dir);
-  g_free(tmp);
   return err;
 }
 

@@ -1,8 +1,10 @@
-/* Whole-file reading with the checks every input reader needs (see file.h). */
+/* Whole-file reading with the checks every input reader needs, whole-file replacing, and
+ * facecast's folders (see file.h). */
 #include "core/file.h"
 #include "facecast/error.h"
 
 #include <errno.h>
+#include <glib.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +74,29 @@ const char *fc_data_dir(void) {
   if (is_dir("data")) return "data";
   const char *b = fc_beside_exe("data");
   return b ? b : "data";
+}
+
+int fc_file_replace(const char *path, const void *data, size_t n, const char *what) {
+  static gint serial; /* two writers of one process (two GPUs' models) get two names */
+  char *dir = g_path_get_dirname(path),
+       *tmp = g_strdup_printf("%s.%d.%d.tmp", path, (int)getpid(), g_atomic_int_add(&serial, 1));
+  int err = FC_OK;
+  FILE *f = NULL;
+  if (g_mkdir_with_parents(dir, 0755) != 0 || !(f = fopen(tmp, "wb")) ||
+      fwrite(data, 1, n, f) != n || fflush(f) != 0 || fsync(fileno(f)) != 0) {
+    err = fc_error_set(FC_EIO, "%s %s: %s", what, path, strerror(errno));
+    goto done;
+  }
+  int rc = fclose(f);
+  f = NULL;
+  if (rc != 0 || rename(tmp, path) != 0)
+    err = fc_error_set(FC_EIO, "%s %s: %s", what, path, strerror(errno));
+done:
+  if (f) fclose(f);
+  if (err) unlink(tmp);
+  g_free(dir);
+  g_free(tmp);
+  return err;
 }
 
 const char *fc_cache_dir(void) {

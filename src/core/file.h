@@ -20,6 +20,12 @@ const char *fc_data_dir(void);
 /* "<the executable's folder>/../name" when that is a folder, else NULL (same lifetime). */
 const char *fc_beside_exe(const char *name);
 
+/* Replaces path with data[0..n) whole, so a reader sees the old file or the new one, never a
+ * mix: a temporary file of this call's own name beside it (the folder made when missing),
+ * written, flushed to disk and renamed over path; nothing of it is left after an error.
+ * FC_OK, or FC_EIO with a detail "<what> <path>: <reason>". Thread-safe. */
+int fc_file_replace(const char *path, const void *data, size_t n, const char *what);
+
 /* The folder of facecast's caches (what a later start may reuse, never needed to run):
  * $FACECAST_CACHE_DIR ("off" or "": no cache, NULL), else $XDG_CACHE_HOME/facecast, else
  * $HOME/.cache/facecast (those two only when absolute), else NULL. The returned string is

@@ -6,13 +6,10 @@
 #include "core/file.h"
 #include "facecast/error.h"
 
-#include <errno.h>
 #include <glib.h>
-#include <glib/gstdio.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define HEADER "facecast-cudnn-algos 1"
 #define MAX_KEY 255
@@ -131,41 +128,19 @@ static int cmp_str(const void *a, const void *b) {
 
 int w2l_algo_cache_save(w2l_algo_cache *c) {
   if (!c->path || !c->dirty) return FC_OK;
-  /* a name of this save's own: two GPUs' models in one process may save at once */
-  static gint serial;
-  char *dir = g_path_get_dirname(c->path),
-       *tmp = g_strdup_printf("%s.%d.%d.tmp", c->path, getpid(), g_atomic_int_add(&serial, 1));
-  int err = FC_OK;
-  FILE *f = NULL;
   guint n = 0;
   gpointer *keys = g_hash_table_get_keys_as_array(c->map, &n);
-  if (g_mkdir_with_parents(dir, 0755) != 0 || !(f = fopen(tmp, "w"))) {
-    err = fc_error_set(FC_EIO, "algorithm cache %s: %s", c->path, strerror(errno));
-    goto done;
-  }
   qsort(keys, n, sizeof *keys, cmp_str); /* a stable file: diffs show what changed */
-  fprintf(f, "%s\n", HEADER);
+  GString *text = g_string_new(HEADER "\n");
   for (guint i = 0; i < n; i++) {
     const w2l_algo *a = g_hash_table_lookup(c->map, keys[i]);
-    fprintf(f, "%s %d %d %zu\n", (const char *)keys[i], a->algo, a->math, a->ws_bytes);
+    g_string_append_printf(text, "%s %d %d %zu\n", (const char *)keys[i], a->algo, a->math,
+                           a->ws_bytes);
   }
-  if (fflush(f) != 0 || fsync(fileno(f)) != 0 || ferror(f)) {
-    err = fc_error_set(FC_EIO, "algorithm cache %s: %s", c->path, strerror(errno));
-    goto done;
-  }
-  fclose(f);
-  f = NULL;
-  if (rename(tmp, c->path) != 0) {
-    err = fc_error_set(FC_EIO, "algorithm cache %s: %s", c->path, strerror(errno));
-    goto done;
-  }
-  c->dirty = 0;
-done:
-  if (f) fclose(f);
-  if (err) unlink(tmp);
+  int err = fc_file_replace(c->path, text->str, text->len, "algorithm cache");
+  if (!err) c->dirty = 0;
+  g_string_free(text, TRUE);
   g_free(keys);
-  g_free(dir);
-  g_free(tmp);
   return err;
 }
 

@@ -383,6 +383,7 @@ static int create_inner(cstate *s, const fc_w2l *m) {
       s->tp[m->ops[i].out] = s->abuf[(i - s->audio_first) & 1];
   }
   /* the feature cache's parts: the face encoder's skip tensors, where its last op leaves them */
+  _Static_assert(sizeof s->parts.src / sizeof s->parts.src[0] >= W2L_MAX_SKIPS, "skip parts");
   if (w2l_face_split_of(m, &s->fsplit)) {
     s->parts.n = s->fsplit.nskip;
     for (int k = 0; k < s->fsplit.nskip; k++) {
@@ -800,6 +801,9 @@ static int cuda_features(void *state, int on) {
   cstate *s = state;
   if (on && !s->fsplit.face_ops)
     return fc_error_set(FC_EUNSUPPORTED, "wav2lip cuda: this network's face encoder does not split off");
+  if (on && !s->feat_mb)
+    return fc_error_set(FC_EUNSUPPORTED, "wav2lip cuda: no feature cache (opt-in: "
+                                         "W2L_CUDA_FEATURE_MB=auto or a size in MiB at load)");
   s->feat_want = on;
   if (s->cc && !w2l_ccache_features(s->cc, on))
     return fc_error_set(FC_EUNSUPPORTED, "wav2lip cuda: no room for a feature cache "
