@@ -11,8 +11,9 @@
  * and the server's peak resident memory (VmHWM) and, where NVML is there, the peak device memory
  * used above what was in use before it started. The server is then stopped (SIGTERM).
  *
- * A first start runs with an empty cuDNN algorithm cache (a temporary FACECAST_CACHE_DIR: what a
- * new machine pays); the measured runs then reuse that folder (what every later start pays).
+ * A first start runs with an empty cache folder (a temporary FACECAST_CACHE_DIR: no cuDNN
+ * algorithm picks, no face detection of the avatar photo; what a new machine pays); the measured
+ * runs then reuse that folder (what every later start pays).
  * Reported: each run and the medians. The servers' log goes to a file in that temporary folder;
  * when a run fails its last lines are shown and the folder is kept, else it is removed. */
 #include "cli/cli.h"
