@@ -42,7 +42,7 @@
 #          `[BATCHES=1,16] [MODEL_BATCHES=1,16,...] bash build-serve-dev/serve-device.sh profile`:
 #          ncu's list of the kernels of one fp16 pass at each batch size and their durations
 #          (CSV under $OUT); MODEL_BATCHES: `bench model` fp16 at those sizes first, no profiler.
-#          `[ROUNDS=2] [BATCHES=...] [V256=1] [STARTUP=1] bash build-serve-dev/serve-device.sh
+#          `[ROUNDS=2] [BATCHES=...] [TORCH=1] [V256=1] [STARTUP=1] bash build-serve-dev/serve-device.sh
 #          features`: the face-feature cache's parity test, and `bench model` with and without
 #          the small-batch retiming from empty caches (see the mode below).
 #          `[PRESETS="ultrafast superfast"] [MODEL=wav2lip] [SECONDS_EACH=12] bash
@@ -344,8 +344,9 @@ features)
   # frame), then ROUNDS (2) rounds of `bench model` fp16 on make_bench_wav2lip's checkpoint at
   # BATCHES, the default and W2L_CUDA_RETIME=1 taking turns, each from an empty algorithm
   # cache (its own search: the retiming is about which algorithms a search picks); the
-  # `composite` and `kept` columns are the cache off and on (W2L_CUDA_FEATURE_MB=auto: both
-  # are opt-in until measured). V256=1: then the same bench
+  # `composite` and `kept` columns are the cache off and on. TORCH=1: then `bench model`
+  # (the default) and PyTorch (torch.compile + CUDA graphs) on one full-width checkpoint
+  # (tools/gen_wav2lip_golden.py's, as the kernel mode) at TORCH_BATCHES. V256=1: then the same bench
   # (default only) on a wav2lip256 checkpoint (tools/bench_wav2lip256.py make, ~1 min, kept in
   # /tmp) at V256_BATCHES; STARTUP=1: `bench startup --runs 3` with Wav2Lip on the GPU.
   unpack || exit 1; env_up; OUT=${OUT:-/tmp}
@@ -360,7 +361,7 @@ features)
   for round in $(seq ${ROUNDS:-2}); do
     for w in default W2L_CUDA_RETIME=1; do
       rm -rf /tmp/algos-f; echo "$w (round $round):"
-      env $(echo "$w" | sed 's/^default$//') W2L_CUDA_FEATURE_MB=auto FACECAST_CACHE_DIR=/tmp/algos-f timeout 150 \
+      env $(echo "$w" | sed 's/^default$//') FACECAST_CACHE_DIR=/tmp/algos-f timeout 150 \
         $X/facecast bench model --checkpoint $CK --device cuda --dtype fp16 \
         --batches ${BATCHES:-1,16,32,128,512} --seconds 0.4 --json
     done
@@ -370,6 +371,14 @@ for l in sys.stdin:
     if not l.startswith('{'): print(l.strip()); continue
     j = json.loads(l)
     if 'batch' in j: print('%5d model %.4f ms (%.0f/s) composite %.4f (%.0f/s) kept %s' % (j['batch'], j['ms_per_batch'], j['frames_per_s'], j['composite_ms_per_batch'], j['composite_frames_per_s'], '%.4f (%.0f/s)' % (j['kept_ms_per_batch'], j['kept_frames_per_s']) if j['kept_ms_per_batch'] else '-'))"
+  if [ -n "${TORCH:-}" ]; then
+    [ -s /tmp/full/ckpt_zip.pth ] || timeout 200 python3 tools/gen_wav2lip_golden.py --width 1 --batch 16 --out /tmp/full >"$OUT/gen.log" 2>&1
+    FACECAST_CACHE_DIR=/tmp/algos-t timeout 150 $X/facecast bench model --checkpoint /tmp/full/ckpt_zip.pth \
+      --device cuda --dtype fp16 --batches ${TORCH_BATCHES:-1,16,512} --seconds 0.6 --json | tee "$OUT/fc_full.jsonl"
+    W2L_REF_SIZE=96 timeout 240 python3 tools/bench_wav2lip256.py bench --checkpoint /tmp/full/ckpt_zip.pth \
+      --batches ${TORCH_BATCHES:-1,16,512} --dtypes fp16 --compile >"$OUT/torch.jsonl" 2>"$OUT/torch.err"
+    cat "$OUT/torch.jsonl"; tail -3 "$OUT/torch.err"
+  fi
   if [ -n "${V256:-}" ]; then
     C256=/tmp/w256.pth
     [ -s $C256 ] || PYTHONUNBUFFERED=1 timeout 200 python3 tools/bench_wav2lip256.py make $C256 >"$OUT/make256.log" 2>&1

@@ -466,27 +466,48 @@ static void test_features_cpu(void) {
   fc_w2l_destroy(c);
 }
 
-static void features_case(const char *ckpt, int dtype, int max_batch, const char *arena_mb) {
+/* Moves every job (and the background its callback writes) `by` places on: a kept pass then
+ * reads each record at another batch position than the pass that stored it, so leftovers of
+ * the previous pass in the activation buffers cannot stand in for the records. */
+static void rotate_world(world *w, int n, int by) {
+  fc_w2l_job jobs[MAXJ];
+  uint8_t *bg[MAXJ];
+  for (int k = 0; k < n; k++) jobs[(k + by) % n] = w->jobs[k], bg[(k + by) % n] = w->bg[k];
+  memcpy(w->jobs, jobs, n * sizeof *jobs);
+  memcpy(w->bg, bg, n * sizeof *bg);
+}
+
+/* eager: the model under test without CUDA graphs (the kept pass's eager path). Two models
+ * planned at batch 8 were seen to differ by one level in 0.12 % of the bytes (an H100, also with
+ * the cache off: their own algorithm picks), so that case asks 99.5 % equal, the others 99.9. */
+static void features_case(const char *ckpt, int dtype, int max_batch, const char *arena_mb,
+                          int eager) {
+  const double min_equal = max_batch < 16 ? 0.995 : 0.999;
   int skipped;
-  setenv("W2L_CUDA_FEATURE_MB", arena_mb ? arena_mb : "auto", 1); /* opt-in for now */
+  setenv("W2L_CUDA_FEATURE_MB", arena_mb ? arena_mb : "auto", 1);
+  if (eager) setenv("W2L_CUDA_NOGRAPH", "1", 1);
   fc_w2l *g = load_ckpt(ckpt, "cuda", dtype, max_batch, &skipped);
-  unsetenv("W2L_CUDA_FEATURE_MB"); /* read at g's first composite call: set again below */
+  unsetenv("W2L_CUDA_NOGRAPH");
+  setenv("W2L_CUDA_FEATURE_MB", "0", 1); /* read at load: the reference below has no arena */
+  fc_w2l *ref = skipped ? NULL : load_ckpt(ckpt, "cuda", dtype, max_batch, &skipped);
+  unsetenv("W2L_CUDA_FEATURE_MB");
   if (skipped) return;
-  FC_REQUIRE(g);
-  fc_w2l *ref = load_ckpt(ckpt, "cuda", dtype, max_batch, &skipped);
-  FC_REQUIRE(ref);
-  FC_REQUIRE(fc_w2l_set_feature_cache(ref, 0) == FC_OK); /* before its first call: kept off */
-  const int n = 40, nsrc = arena_mb ? 40 : 13;
+  FC_REQUIRE(g && ref);
+  FC_CHECK_INT(fc_w2l_set_feature_cache(ref, 1), ==, FC_EUNSUPPORTED); /* =0: no arena */
+  FC_REQUIRE(fc_w2l_set_feature_cache(ref, 0) == FC_OK);
+  /* the small arena: 16 keys fit (kept passes), 16 + pass 2's five new ones do not (drops) */
+  const int n = 40, nsrc = arena_mb ? 16 : 13;
   world *wg = make_world(n, nsrc, 7000), *wr = make_world(n, nsrc, 7000);
   fc_w2l_feature_stats fs;
   for (int pass = 0; pass < 4; pass++) {
     if (pass == 2) /* a batch of kept keys and five new ones */
       for (int k = 0; k < 5; k++) wg->jobs[k].key = wr->jobs[k].key = 9000 + (uint64_t)k;
+    if (pass & 1) rotate_world(wg, n, 7), rotate_world(wr, n, 7);
     FC_REQUIRE(fc_w2l_composite(g, wg->jobs, n, fill_bg, wg) == 0);
     FC_REQUIRE(fc_w2l_composite(ref, wr->jobs, n, fill_bg, wr) == 0);
     char what[64];
     snprintf(what, sizeof what, "pass %d, kept features vs computed", pass);
-    compare(wg, wr, n, 1, 0.999, what);
+    compare(wg, wr, n, 1, min_equal, what);
   }
   fc_w2l_feature_stats_get(g, &fs);
   fprintf(stderr, "  features: on %d, %lld of %lld records of %zu bytes, %lld frames kept, %lld "
@@ -494,13 +515,17 @@ static void features_case(const char *ckpt, int dtype, int max_batch, const char
           fs.on, fs.records, fs.capacity, fs.record_bytes, fs.cached_frames, fs.full_frames, fs.drops);
   FC_CHECK(fs.on && fs.record_bytes > 0);
   if (!arena_mb) {
-    /* pass 0 and 2 computed (new keys), 1 and 3 kept; 13 + 5 keys stored */
-    FC_CHECK_INT(fs.full_frames, ==, 2 * n);
-    FC_CHECK_INT(fs.cached_frames, ==, 2 * n);
+    /* pass 0 and 2 computed (new keys), 1 and 3 kept; 13 + 5 keys stored. Above max_batch a
+     * call runs in chunks: the first chunk of pass 0 holds all 13 keys and the new ones of
+     * pass 2 sit in its first chunk, so the later chunks of both are kept passes already. */
+    int full = 2 * (n < max_batch ? n : max_batch);
+    FC_CHECK_INT(fs.full_frames, ==, full);
+    FC_CHECK_INT(fs.cached_frames, ==, 4 * n - full);
     FC_CHECK_INT(fs.records, ==, 18);
   } else {
-    /* 40 keys through a small arena: dropped and refilled, never wrong */
-    FC_CHECK(fs.drops > 0 && fs.capacity < 40 && fs.capacity >= max_batch);
+    /* through a small arena: dropped and refilled, never wrong */
+    FC_CHECK(fs.capacity >= nsrc && fs.capacity < nsrc + 5 && fs.capacity >= max_batch);
+    FC_CHECK(fs.drops > 0 && fs.cached_frames > 0);
   }
   fc_w2l_feature_stats_get(ref, &fs);
   FC_CHECK(!fs.on && fs.cached_frames == 0 && fs.full_frames == 4 * n);
@@ -509,18 +534,19 @@ static void features_case(const char *ckpt, int dtype, int max_batch, const char
   FC_REQUIRE(fc_w2l_composite(g, wg->jobs, n, fill_bg, wg) == 0);
   fc_w2l_feature_stats_get(g, &fs);
   FC_CHECK(!fs.on && fs.records == 0);
-  compare(wg, wr, n, 1, 0.999, "cache off again");
+  compare(wg, wr, n, 1, min_equal, "cache off again");
   free_world(wg, n);
   free_world(wr, n);
   fc_w2l_destroy(ref);
   fc_w2l_destroy(g);
 }
 
-static void test_cuda_features_fp32(void) { features_case(CKPT, FC_W2L_FP32, 64, NULL); }
-static void test_cuda_features_fp16(void) { features_case(CKPT, FC_W2L_FP16, 64, NULL); }
-static void test_cuda256_features_fp16(void) { features_case(CKPT256, FC_W2L_FP16, 16, NULL); }
+static void test_cuda_features_fp32(void) { features_case(CKPT, FC_W2L_FP32, 64, NULL, 0); }
+static void test_cuda_features_fp16(void) { features_case(CKPT, FC_W2L_FP16, 64, NULL, 0); }
+static void test_cuda_features_eager(void) { features_case(CKPT, FC_W2L_FP16, 64, NULL, 1); }
+static void test_cuda256_features_fp16(void) { features_case(CKPT256, FC_W2L_FP16, 16, NULL, 0); }
 /* an arena of 1 MB holds a few dozen of the width-16 network's records: fewer than 40 keys */
-static void test_cuda_features_small(void) { features_case(CKPT, FC_W2L_FP16, 8, "1"); }
+static void test_cuda_features_small(void) { features_case(CKPT, FC_W2L_FP16, 8, "1", 0); }
 
 int main(void) {
   FC_RUN(test_math);
@@ -538,6 +564,7 @@ int main(void) {
   FC_RUN(test_features_cpu);
   FC_RUN(test_cuda_features_fp32);
   FC_RUN(test_cuda_features_fp16);
+  FC_RUN(test_cuda_features_eager);
   FC_RUN(test_cuda256_features_fp16);
   FC_RUN(test_cuda_features_small);
   fc_lipsync_destroy(g_ls);

@@ -16,8 +16,8 @@
  * records), and a batch whose every job has its record runs a pass without the face encoder,
  * its concatenations reading the records (cuda_cudnn.c). A record counts only once the pass
  * that wrote it has finished (w2l_ccache_commit), so a failed pass leaves no half-written
- * record in use. Opt-in until measured on a GPU: W2L_CUDA_FEATURE_MB=auto gives the arena
- * min(2 GiB, an eighth of the free device memory), =N N MiB; it needs room for max_batch records,
+ * record in use. The arena is min(2 GiB, an eighth of the free device memory) unless
+ * W2L_CUDA_FEATURE_MB says otherwise (=N N MiB, =0 none); it needs room for max_batch records,
  * else there is no feature cache; when it is full every record is dropped and refilled, and
  * dropping the source cache drops them too. A full pass costs what it did without the cache,
  * plus the copy of its new records.
@@ -42,8 +42,9 @@ typedef struct centry {
   uint64_t key;
   uint64_t rgb, base; /* arena offsets */
   int bw, bh, y0;
-  int fstate;    /* face features: 0 none, 1 a record given (being stored), 2 stored */
-  uint64_t feat; /* the record's offset in the feature arena */
+  int fstate;     /* face features: 0 none, 1 a record given (being stored), 2 stored */
+  unsigned fpass; /* the resolve pass that last gave its record to a job to store */
+  uint64_t feat;  /* the record's offset in the feature arena */
 } centry;
 
 struct w2l_ccache {
@@ -62,6 +63,7 @@ struct w2l_ccache {
   int feat_on;                /* w2l_ccache_features */
   long long n_cached, n_full; /* live jobs run without / with the face encoder */
   long long n_drops;          /* feature arena resets */
+  unsigned pass;              /* counts resolve passes (restarts too): fpass's clock */
 };
 
 #define CK W2L_CU
@@ -210,9 +212,11 @@ static int job_features(w2l_ccache *c, centry *e, w2l_cjob *j, int *all) {
     }
     e->feat = c->feat_used++ * c->feat_rec, e->fstate = 1;
   }
-  /* given earlier in this batch (the same key twice: both write the same bytes) or by a pass
-   * that failed */
-  j->feat = e->feat, j->store = 1;
+  /* given by a pass that failed, or earlier in this batch: the same key twice in one batch is
+   * stored by its first job only (others at other batch positions need not round the same,
+   * and one copy of the record is enough) */
+  j->feat = e->feat, j->store = e->fpass != c->pass;
+  e->fpass = c->pass;
   return 0;
 }
 
@@ -222,6 +226,7 @@ int w2l_ccache_resolve(w2l_ccache *c, const fc_w2l_job *jobs, int n, int nb, fc_
   int reset = 0, freset = 0, all;
 restart:
   all = 1;
+  c->pass++;
   for (int k = 0; k < n; k++) {
     const fc_w2l_job *j = &jobs[k];
     int found;

@@ -418,9 +418,10 @@ static int cuda_create(const fc_w2l *m, void **state) {
   s->find_plain = (ev = getenv("W2L_CUDA_FIND")) && strcmp(ev, "plain") == 0;
   s->search_upto = m->search_upto;
   s->feat_want = 1;
-  /* opt-in until measured on a GPU: W2L_CUDA_FEATURE_MB=auto (min(2 GiB, free/8)) or =N MiB */
+  /* the face-feature arena: W2L_CUDA_FEATURE_MB unset, empty or auto: min(2 GiB, free/8); =N
+   * MiB; =0 none (measured on an H100, 2026-12-07: docs/BENCHMARKS.md) */
   ev = getenv("W2L_CUDA_FEATURE_MB");
-  s->feat_mb = !ev || !*ev ? 0 : strcmp(ev, "auto") == 0 ? -1 : strtol(ev, NULL, 10);
+  s->feat_mb = !ev || !*ev || strcmp(ev, "auto") == 0 ? -1 : strtol(ev, NULL, 10);
   if (s->feat_mb < -1) s->feat_mb = 0;
   s->retime = (ev = getenv("W2L_CUDA_RETIME")) && strcmp(ev, "1") == 0; /* opt-in until measured */
   s->nograph = s->debug || s->timing || ((ev = getenv("W2L_CUDA_NOGRAPH")) && atoi(ev) > 0);
@@ -802,8 +803,8 @@ static int cuda_features(void *state, int on) {
   if (on && !s->fsplit.face_ops)
     return fc_error_set(FC_EUNSUPPORTED, "wav2lip cuda: this network's face encoder does not split off");
   if (on && !s->feat_mb)
-    return fc_error_set(FC_EUNSUPPORTED, "wav2lip cuda: no feature cache (opt-in: "
-                                         "W2L_CUDA_FEATURE_MB=auto or a size in MiB at load)");
+    return fc_error_set(FC_EUNSUPPORTED, "wav2lip cuda: no feature cache "
+                                         "(W2L_CUDA_FEATURE_MB=0 at load)");
   s->feat_want = on;
   if (s->cc && !w2l_ccache_features(s->cc, on))
     return fc_error_set(FC_EUNSUPPORTED, "wav2lip cuda: no room for a feature cache "

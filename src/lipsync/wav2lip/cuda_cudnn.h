@@ -87,7 +87,7 @@ typedef struct cstate {
   int skip_part[W2L_MAX_OPS];
   w2l_skip_parts parts;
   int feat_want;
-  long feat_mb; /* W2L_CUDA_FEATURE_MB, read at load: MiB, -1 "auto", 0 unset (no cache) */
+  long feat_mb; /* W2L_CUDA_FEATURE_MB, read at load: MiB, -1 "auto" (unset), 0 no cache */
   /* diagnostics from the environment, read at load: W2L_CUDA_NOFUSE=1 never uses the fused
    * cuDNN call; W2L_CUDA_FIXED_ALGO=1 takes IMPLICIT_PRECOMP_GEMM / BWD_DATA_ALGO_1 instead of
    * timing the algorithms; W2L_CUDA_DEBUG=1 prints each op's algorithm and output range */

@@ -211,15 +211,16 @@ __global__ void k_store_features(const w2l_skip_parts parts, const w2l_cjob *job
   }
 }
 
-/* concat with the second part from each job's record: ua units of a, then ub of the record */
-template <typename U>
+/* concat with the second part from each job's record: ua units of a, then ub of the record.
+ * I: 32-bit indices where the output has fewer than 2^31 units (cheaper divisions), else 64. */
+template <typename U, typename I>
 __global__ void k_concat_cached(const U *a, int ua, const uint8_t *arena, unsigned long long off,
-                                const w2l_cjob *jobs, int ub, U *out, int hw, unsigned total) {
-  unsigned u = (unsigned)(ua + ub);
-  GRID_STRIDE(unsigned, i, total) {
-    unsigned k = i % u, p = i / u, n = p / (unsigned)hw, q = p % (unsigned)hw;
-    out[i] = k < (unsigned)ua ? a[p * ua + k]
-                              : ((const U *)(arena + jobs[n].feat + off))[q * ub + (k - ua)];
+                                const w2l_cjob *jobs, int ub, U *out, int hw, I total) {
+  I u = (I)(ua + ub);
+  GRID_STRIDE(I, i, total) {
+    I k = i % u, p = i / u, n = p / (I)hw, q = p % (I)hw;
+    out[i] = k < (I)ua ? a[p * ua + k]
+                       : ((const U *)(arena + jobs[n].feat + off))[q * ub + (k - ua)];
   }
 }
 
@@ -239,22 +240,27 @@ extern "C" int w2l_cuda_store_features(const w2l_skip_parts *parts, const void *
   return (int)cudaGetLastError();
 }
 
+template <typename U>
+static void concat_cached(const void *a, int ua, const uint8_t *arena, size_t off, const void *jobs,
+                          int ub, void *out, int hw, size_t nu, cudaStream_t s) {
+  if (nu < ((size_t)1 << 31)) /* i + the grid stride stays below 2^32 */
+    k_concat_cached<U, unsigned><<<blocks(nu), 256, 0, s>>>(
+        (const U *)a, ua, arena, off, (const w2l_cjob *)jobs, ub, (U *)out, hw, (unsigned)nu);
+  else
+    k_concat_cached<U, unsigned long long><<<blocks(nu), 256, 0, s>>>(
+        (const U *)a, ua, arena, off, (const w2l_cjob *)jobs, ub, (U *)out, hw, (unsigned long long)nu);
+}
+
 extern "C" int w2l_cuda_concat_cached(const void *a, int ca, const uint8_t *arena, size_t off,
                                       const void *jobs, int cb, void *out, int n, int hw, int dt,
                                       cudaStream_t s) {
   size_t esz = dt == W2L_DT_F32 ? 4 : 2, bytes = (size_t)n * hw * (ca + cb) * esz;
-  if (bytes / 2 >= (1u << 31)) return (int)cudaErrorInvalidValue; /* 32-bit unit indices */
-  if ((ca * esz) % 16 == 0 && (cb * esz) % 16 == 0 && off % 16 == 0) {
-    int ua = (int)(ca * esz / 16), ub = (int)(cb * esz / 16);
-    unsigned nu = (unsigned)(bytes / 16);
-    k_concat_cached<uint4><<<blocks(nu), 256, 0, s>>>((const uint4 *)a, ua, arena, off,
-                                                     (const w2l_cjob *)jobs, ub, (uint4 *)out, hw, nu);
-  } else {
-    int ua = (int)(ca * esz / 2), ub = (int)(cb * esz / 2);
-    unsigned nu = (unsigned)(bytes / 2);
-    k_concat_cached<uint16_t><<<blocks(nu), 256, 0, s>>>((const uint16_t *)a, ua, arena, off,
-                                                        (const w2l_cjob *)jobs, ub, (uint16_t *)out, hw, nu);
-  }
+  if ((ca * esz) % 16 == 0 && (cb * esz) % 16 == 0 && off % 16 == 0)
+    concat_cached<uint4>(a, (int)(ca * esz / 16), arena, off, jobs, (int)(cb * esz / 16), out, hw,
+                         bytes / 16, s);
+  else
+    concat_cached<uint16_t>(a, (int)(ca * esz / 2), arena, off, jobs, (int)(cb * esz / 2), out, hw,
+                            bytes / 2, s);
   return (int)cudaGetLastError();
 }
 

@@ -132,9 +132,9 @@ int fc_w2l_composite(fc_w2l *m, const fc_w2l_job *jobs, int n, fc_w2l_base_fn ba
  * encoder's outputs depend on the crop alone, i.e. on the job's key, so the first pass that
  * sees a key keeps them on the device (the skip tensors the decoder concatenates: 568 KB a
  * frame for the 96 network in fp16), and a batch whose every job is kept runs without the face
- * encoder: the same bytes out for less work. Opt-in until it is measured on a GPU: the arena
- * exists only with W2L_CUDA_FEATURE_MB=auto (min(2 GiB, an eighth of the free device memory))
- * or =N (MiB), read at load; where it exists the cache is on. fc_w2l_set_feature_cache turns it
+ * encoder: the same bytes out for less work. The arena is min(2 GiB, an eighth of the free device
+ * memory) by default (W2L_CUDA_FEATURE_MB unset or auto), =N N MiB, =0 none, read at load;
+ * where it exists the cache is on. fc_w2l_set_feature_cache turns it
  * off (every pass computes the face encoder, for measuring) or on again; either drops what is
  * kept. FC_EUNSUPPORTED when turning it on where there is no arena. */
 typedef struct fc_w2l_feature_stats {
