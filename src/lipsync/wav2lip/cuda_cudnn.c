@@ -53,7 +53,9 @@
  * for the parity test and for trying the kernel).
  *
  * Diagnostics (environment, read at load): W2L_CUDA_NOFUSE=1, W2L_CUDA_FIXED_ALGO=1,
- * W2L_CUDA_FIND=plain (see above), W2L_CUDA_SEARCH_UPTO=N (wav2lip.h), W2L_CUDA_NOGRAPH=1, W2L_CUDA_TIMING=1 (each op's time by CUDA events on stderr, on the third
+ * W2L_CUDA_FIND=plain (see above), W2L_CUDA_SEARCH_UPTO=N (wav2lip.h), W2L_CUDA_RETIME=0 (no
+ * small-batch retiming, cuda_plan.c), W2L_CUDA_FEATURE_MB=N|auto|0 (the face-feature arena,
+ * cuda_composite.c), W2L_CUDA_NOGRAPH=1, W2L_CUDA_TIMING=1 (each op's time by CUDA events on stderr, on the third
  * eager pass of each batch size; implies no graphs), W2L_CUDA_PROFILE=1 (cudaProfilerStart/Stop
  * around the first resident run, for `ncu --profile-from-start off`) and W2L_CUDA_DEBUG=1 (per-op algorithm and
  * output range on stderr; that one allocates, syncs and never captures). */
@@ -423,7 +425,7 @@ static int cuda_create(const fc_w2l *m, void **state) {
   ev = getenv("W2L_CUDA_FEATURE_MB");
   s->feat_mb = !ev || !*ev || strcmp(ev, "auto") == 0 ? -1 : strtol(ev, NULL, 10);
   if (s->feat_mb < -1) s->feat_mb = 0;
-  s->retime = (ev = getenv("W2L_CUDA_RETIME")) && strcmp(ev, "1") == 0; /* opt-in until measured */
+  s->retime = !(ev = getenv("W2L_CUDA_RETIME")) || strcmp(ev, "0") != 0; /* =0: Find's picks */
   s->nograph = s->debug || s->timing || ((ev = getenv("W2L_CUDA_NOGRAPH")) && atoi(ev) > 0);
   int err = create_inner(s, m);
   if (err) {

@@ -137,8 +137,8 @@ typedef struct found {
  * choices it had; docs/BENCHMARKS.md). So at batches up to RETIME_UPTO the candidates within
  * RETIME_SPREAD of Find's best (RETIME_TOP at most) are timed again the way a pass runs them: a
  * CUDA graph of RETIME_CALLS calls in a row (eager calls would time cuDNN's host cost between
- * them), the least of RETIME_ROUNDS replays each. Opt-in (W2L_CUDA_RETIME=1) until it is
- * measured on a GPU. */
+ * them), the least of RETIME_ROUNDS replays each. On by default (W2L_CUDA_RETIME=0: Find's picks);
+ * measured on an H100 in docs/BENCHMARKS.md. */
 #define RETIME_UPTO 32
 #define RETIME_SPREAD 1.5f
 #define RETIME_TOP 4
