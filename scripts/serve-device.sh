@@ -33,12 +33,15 @@
 #          `bash build-serve-dev/serve-device.sh startup`: the GPU tests twice (an empty cuDNN
 #          algorithm cache, then the one it filled) and `facecast bench startup` on the CPU
 #          default and with Wav2Lip on the GPU, plus the server's own start-up line; under $OUT.
-#          `[BATCHES=1,16,...] [TORCH=""] [PROBE=""] [TIMING=1,16] bash build-serve-dev/serve-device.sh
-#          kernel`:
-#          the own first-layer kernel against cuDNN's (parity at full width, bench model fp16
-#          both ways), PyTorch compiled on the same 96 checkpoint (TORCH="" skips it) and
+#          `[BATCHES=1,16,...] [TORCH=""] [PROBE=""] [TIMING=1,16] [AB=W2L_CUDA_TAIL] bash
+#          build-serve-dev/serve-device.sh kernel`:
+#          facecast's own kernels against cuDNN's (parity at full width, bench model fp16
+#          both ways: AB=1 and AB=0, AB the switch, default W2L_CUDA_OWN, i.e. all of them;
+#          AB_VALUES="simple persist1 0" other values),
+#          PyTorch compiled on the same 96 checkpoint (TORCH="" skips it) and
 #          bench/cudnn_convt_probe.cu's transposed convolutions layer by layer (PROBE="" skips
-#          it); TIMING: each op's time (eager) at those batches; under $OUT.
+#          it); TIMING: each op's time (eager) at those batches, with AB on (timing.txt) and off
+#          (timing_off.txt); under $OUT.
 #          `[BATCHES=1,16] [MODEL_BATCHES=1,16,...] bash build-serve-dev/serve-device.sh profile`:
 #          ncu's list of the kernels of one fp16 pass at each batch size and their durations
 #          (CSV under $OUT); MODEL_BATCHES: `bench model` fp16 at those sizes first, no profiler.
@@ -255,8 +258,8 @@ kernel)
   [ -s /tmp/full/ckpt_zip.pth ] || timeout 200 python3 tools/gen_wav2lip_golden.py --width 1 --batch 16 --out /tmp/full >"$OUT/gen.log" 2>&1
   (cd $X && W2L_FULL_DIR=/tmp/full timeout 200 ./test_wav2lip >"$OUT/test_full.log" 2>&1)
   echo "test_wav2lip: exit $?"; grep -E "full width|FAIL|test_cuda" "$OUT/test_full.log"
-  for own in 1 0; do
-    W2L_CUDA_OWN=$own timeout 150 $X/facecast bench model --checkpoint /tmp/full/ckpt_zip.pth \
+  for own in ${AB_VALUES:-1 0}; do
+    env ${AB:-W2L_CUDA_OWN}=$own timeout 150 $X/facecast bench model --checkpoint /tmp/full/ckpt_zip.pth \
       --device cuda --dtype fp16 --batches ${BATCHES:-1,16,128,256,512} --seconds 0.6 --json >"$OUT/fc_own$own.jsonl"
     echo "own=$own"; cat "$OUT/fc_own$own.jsonl"
   done
@@ -267,6 +270,9 @@ kernel)
   [ -n "${TIMING:-}" ] && W2L_CUDA_TIMING=1 timeout 120 $X/facecast bench model --checkpoint \
     /tmp/full/ckpt_zip.pth --device cuda --dtype fp16 --batches "$TIMING" --seconds 0.2 \
     >/dev/null 2>"$OUT/timing.txt"
+  [ -n "${TIMING:-}" ] && env ${AB:-W2L_CUDA_OWN}=0 W2L_CUDA_TIMING=1 timeout 120 $X/facecast bench model \
+    --checkpoint /tmp/full/ckpt_zip.pth --device cuda --dtype fp16 --batches "$TIMING" --seconds 0.2 \
+    >/dev/null 2>"$OUT/timing_off.txt"
   # the transposed convolutions alone: cuDNN's ways and ours, layer by layer (PROBE="" skips)
   [ -n "${PROBE-1}" ] && timeout 200 $X/cudnn_convt_probe 1 16 64 256 512 >"$OUT/probe.txt" 2>&1
   [ -n "${PROBE-1}" ] && grep -v res3x3 "$OUT/probe.txt" | sed 's/| B4.*| C/| C/' ;;

@@ -904,6 +904,83 @@ static void cuda_case(int dtype) {
   fc_w2l_destroy(m);
 }
 
+/* fp16: the last three ops on w2l_tail.cu (the default) against the concat kernel, cuDNN's
+ * convolution and the head kernel (W2L_CUDA_TAIL=0), same inputs, batches small enough for
+ * the kernel's one-row form and large enough for its two-row form; both models on cuDNN's
+ * fixed algorithms (W2L_CUDA_FIXED_ALGO=1), so that the tail is the only difference. Only the
+ * accumulation order of one convolution differs (both round its activations to fp16 before the
+ * head): a few 1-ulp flips, under 3e-3 after the head; a wrong tap, channel or tile is off by
+ * tenths. */
+static void tail_vs_cudnn(const char *ckpt, int side, int maxb, const float *mel,
+                          const float *faces, const int *batches, size_t nb) {
+  /* the default form (a list, for trying other forms of the kernel beside it) */
+  static const char *forms[] = {NULL};
+  enum { NF = sizeof forms / sizeof forms[0] };
+  int skipped;
+  char how[512], how0[512];
+  fc_w2l *m[NF] = {0};
+  setenv("W2L_CUDA_FIXED_ALGO", "1", 1);
+  setenv("W2L_CUDA_TAIL", "0", 1);
+  fc_w2l *m0 = load_cuda(ckpt, FC_W2L_FP16, maxb, &skipped);
+  for (int f = 0; f < NF && !skipped; f++) {
+    if (forms[f]) setenv("W2L_CUDA_TAIL", forms[f], 1);
+    else unsetenv("W2L_CUDA_TAIL");
+    m[f] = load_cuda(ckpt, FC_W2L_FP16, maxb, &skipped);
+  }
+  unsetenv("W2L_CUDA_TAIL");
+  unsetenv("W2L_CUDA_FIXED_ALGO");
+  if (skipped) return;
+  FC_REQUIRE(m0);
+  fc_w2l_describe(m0, how0, sizeof how0);
+  FC_CHECK(strstr(how0, "output block + head on facecast's kernel") == NULL);
+  const size_t per = (size_t)3 * side * side;
+  float *out = malloc(maxb * per * sizeof(float)), *ref = malloc(maxb * per * sizeof(float));
+  FC_REQUIRE(out && ref);
+  for (int f = 0; f < NF; f++) {
+    FC_REQUIRE(m[f]);
+    fc_w2l_describe(m[f], how, sizeof how);
+    FC_CHECK(strstr(how, "output block + head on facecast's kernel") != NULL);
+    for (size_t b = 0; b < nb; b++) {
+      int n = batches[b], err = 0;
+      double worst = 0;
+      for (int call = 0; call < 3 && !err; call++) { /* eager, capture, replay */
+        memset(out, 0xff, (size_t)n * per * sizeof(float)); /* NaN: every value must be written */
+        if (!(err = fc_w2l_infer(m0, mel, faces, ref, n))) err = fc_w2l_infer(m[f], mel, faces, out, n);
+        double e = err ? 1 : max_abs_diff(out, ref, (size_t)n * per);
+        worst = e > worst ? e : worst;
+      }
+      FC_CHECK_INT(err, ==, FC_OK);
+      fprintf(stderr, "  %d fp16, batch %3d: output block kernel (%s) vs cuDNN's: max diff %.3g\n",
+              side, n, forms[f] ? forms[f] : "default", worst);
+      FC_CHECK(worst <= 3e-3);
+    }
+    fc_w2l_destroy(m[f]);
+  }
+  free(out), free(ref);
+  fc_w2l_destroy(m0);
+}
+
+static void test_cuda_tail(void) {
+  FC_REQUIRE(load_inputs() == 0 && load_inputs256() == 0);
+  /* 96: batch 1 and 7 run the one-row form, 16 and 64 the two-row one; 256: always two rows */
+  static const int b96[] = {1, 7, 16, 64}, b256[] = {1, 2, 16};
+  float *mel = malloc(64 * 80 * 16 * sizeof(float)), *faces = malloc(64 * 6 * 96 * 96 * sizeof(float));
+  FC_REQUIRE(mel && faces);
+  tile(&g_mel, 64, mel), tile(&g_faces, 64, faces);
+  tail_vs_cudnn(W2L_DIR "/ckpt_zip.pth", 96, 64, mel, faces, b96, 4);
+  free(mel), free(faces);
+  enum { MB = 16 };
+  const size_t perf = (size_t)6 * P256;
+  mel = malloc(MB * 80 * 16 * sizeof(float)), faces = malloc(MB * perf * sizeof(float));
+  FC_REQUIRE(mel && faces);
+  for (int i = 0; i < MB; i++) {
+    memcpy(mel + (size_t)i * 80 * 16, g_mel256 + (size_t)(i % N256) * 80 * 16, 80 * 16 * sizeof(float));
+    memcpy(faces + i * perf, g_faces256 + (i % N256) * perf, perf * sizeof(float));
+  }
+  tail_vs_cudnn(W256_DIR "/ckpt_zip.pth", 256, MB, mel, faces, b256, 3);
+  free(mel), free(faces);
+}
+
 /* The 256 model on cuda: batches 1, 2, 7, 16 (the fixture's two samples tiled) against cpu-ref's
  * output (test_v256_ref), three calls each (eager, capture, replay), then the byte path against
  * the float path. Tolerances as for the 96 fixture; not yet measured on a GPU for this net. */
@@ -966,7 +1043,7 @@ static void test_cuda_bf16(void) { cuda_case(FC_W2L_BF16); }
 /* fp16 at full width: facecast's own kernels against cuDNN for every layer (W2L_CUDA_OWN=0, the
  * reference), same inputs, every batch: the default model (the first layer on
  * w2l_conv_first.cu, the three 1x1-on-1x1 layers on w2l_dense.cu at batches up to
- * W2L_DENSE_MAX_BATCH; cuDNN above) and one with W2L_CUDA_DENSE=all (the two 3x3-on-3x3 layers
+ * W2L_DENSE_MAX_BATCH, cuDNN above; the output block and head on w2l_tail.cu) and one with W2L_CUDA_DENSE=all (the two 3x3-on-3x3 layers
  * on w2l_dense.cu as well). Only the accumulation order
  * differs, but one fp16 rounding apart grows through the ~60 layers after it: the first layer
  * alone put the outputs 0.004-0.0125 apart on the H200 (2026-12-02), each path 0.007-0.018 from
@@ -987,7 +1064,8 @@ static void own_vs_cudnn(fc_w2l *m, const char *path, int maxb, const float *mel
   float *ref = malloc((size_t)maxb * per_out * sizeof(float));
   FC_REQUIRE(ref);
   fc_w2l *cand[2] = {m, md};
-  static const char *what[2] = {"first layer + 1x1 layers", "first layer + whole-input layers"};
+  static const char *what[2] = {"first layer + 1x1 layers + output block",
+                                "first layer + whole-input layers + output block"};
   int small = 0;
   for (size_t b = 0; b < nb; b++) small += batches[b] <= 32; /* W2L_DENSE_MAX_BATCH, w2l_cuda.h */
   for (int c = 0; c < 2; c++)
@@ -1009,6 +1087,8 @@ static void own_vs_cudnn(fc_w2l *m, const char *path, int maxb, const float *mel
   fprintf(stderr, "  default: %s\n  W2L_CUDA_DENSE=all: %s\n", how, howd);
   FC_CHECK(strstr(how, "first layer on facecast's kernel") != NULL);
   FC_CHECK(strstr(how0, "first layer on facecast's kernel") == NULL);
+  FC_CHECK(strstr(how, "output block + head on facecast's kernel") != NULL);
+  FC_CHECK(strstr(how0, "output block + head on facecast's kernel") == NULL);
   FC_CHECK(strstr(how0, "whole-input layers") == NULL);
   /* the 96 network's three 1x1-on-1x1 layers in each small batch's plan by default, its five
    * whole-input layers with W2L_CUDA_DENSE=all */
@@ -1101,6 +1181,7 @@ int main(void) {
   FC_RUN(test_cuda_bf16);
   FC_RUN(test_cuda256_fp32);
   FC_RUN(test_cuda256_fp16);
+  FC_RUN(test_cuda_tail);
   FC_RUN(test_cuda_full);
   free(g_mel.d);
   free(g_faces.d);

@@ -52,6 +52,11 @@
  * puts the 3x3-on-3x3 ones there too (measured slower than cuDNN: 20.6 against 12.8 us, kept
  * for the parity test and for trying the kernel).
  *
+ * The last three ops (the concat of the decoder's output with the first skip tensor, the output
+ * block's 3x3 convolution, the head) run as one kernel of ours in fp16 (w2l_tail.cu: the
+ * 80-channel concat never written, the 32-channel activations never leave the chip);
+ * W2L_CUDA_TAIL=0 (or W2L_CUDA_OWN=0) keeps the concat kernel, cuDNN and w2l_cuda_head.
+ *
  * Diagnostics (environment, read at load): W2L_CUDA_NOFUSE=1, W2L_CUDA_FIXED_ALGO=1,
  * W2L_CUDA_FIND=plain (see above), W2L_CUDA_SEARCH_UPTO=N (wav2lip.h), W2L_CUDA_RETIME=0 (no
  * small-batch retiming, cuda_plan.c), W2L_CUDA_FEATURE_MB=N|auto|0 (the face-feature arena,
@@ -131,6 +136,7 @@ static void cuda_destroy(void *state) {
   if (s->st) cudaStreamDestroy(s->st);
   w2l_algo_cache_close(s->algos);
   cudaFree(s->first_w);
+  cudaFree(s->tail_w);
   free(s);
 }
 
@@ -222,8 +228,9 @@ static void cuda_describe(void *state, char *buf, size_t n) {
     snprintf(feat, sizeof feat, "face features kept for up to %lld frames (%zu MiB)%s; ",
              fs.capacity, (size_t)(fs.capacity * (long long)fs.record_bytes) >> 20,
              fs.on ? "" : ", off");
-  snprintf(buf, n, "%s%s%scuDNN algorithms: %d from the cache, %d searched (%.2f s%s, %s)%s%s%s",
-           s->own_first ? "first layer on facecast's kernel; " : "", dense, feat, s->n_cached,
+  snprintf(buf, n, "%s%s%s%scuDNN algorithms: %d from the cache, %d searched (%.2f s%s, %s)%s%s%s",
+           s->own_first ? "first layer on facecast's kernel; " : "",
+           s->own_tail ? "output block + head on facecast's kernel; " : "", dense, feat, s->n_cached,
            s->n_searched, s->search_s, by, s->find_plain ? "cudnnFind" : "cudnnFindEx", like,
            path ? "; cache " : "; no cache (FACECAST_CACHE_DIR=off)", path ? path : "");
 }
@@ -265,6 +272,46 @@ static int setup_own_first(cstate *s, const w2l_layer *l, float *host, float *tm
   return err;
 }
 
+/* Whether the last three ops run as w2l_cuda_tail: fp16, not turned off (W2L_CUDA_TAIL=0 or
+ * W2L_CUDA_OWN=0 keep the concat kernel, cuDNN and w2l_cuda_head: the reference the GPU tests
+ * compare it with), and the network ending as Wav2Lip's does: a concatenation read only by a
+ * 3x3 "same" convolution with ReLU, read only by the head; the kernel instantiated for the
+ * channel counts. Its weights: [16 * no][9][cs], zeros past the layer's channels. */
+static int setup_own_tail(cstate *s, const fc_w2l *m, float *host, float *tmp, size_t cap) {
+  const char *ev = getenv("W2L_CUDA_OWN"), *et = getenv("W2L_CUDA_TAIL");
+  if ((ev && !strcmp(ev, "0")) || (et && !strcmp(et, "0")) || s->dtype != W2L_DT_F16 || m->nops < 3)
+    return FC_OK;
+  const int t = m->nops - 3;
+  const w2l_op *oc = &m->ops[t], *ov = &m->ops[t + 1], *oh = &m->ops[t + 2];
+  if (oc->kind != W2L_OP_CONCAT || ov->kind != W2L_OP_CONV || ov->in != oc->out ||
+      oh->in != ov->out)
+    return FC_OK;
+  for (int i = 0; i < m->nops; i++) /* nothing else may read what the kernel never writes */
+    if ((i != t + 1 && (m->ops[i].in == oc->out || m->ops[i].in2 == oc->out)) ||
+        (i != t + 2 && (m->ops[i].in == ov->out || m->ops[i].in2 == ov->out)))
+      return FC_OK;
+  const w2l_layer *l = &m->layers[ov->layer];
+  const int ca = m->tensors[oc->in].c, cb = m->tensors[oc->in2].c;
+  const int cs = w2l_cuda_tail_cs(ca, cb, l->cout), no = cs == 80 ? 2 : 1;
+  if (!cs || l->kind != W2L_CONV || l->kh != 3 || l->kw != 3 || l->sh != 1 || l->sw != 1 ||
+      l->ph != 1 || l->pw != 1 || !l->relu || l->residual || l->cin != ca + cb)
+    return FC_OK;
+  const size_t n = (size_t)16 * no * 9 * cs;
+  if (n > cap) return FC_OK;
+  if (w2l_cuda_tail_prepare(cs)) { /* no shared memory allowance: cuDNN does it */
+    cudaGetLastError();
+    return FC_OK;
+  }
+  memset(host, 0, n * sizeof(float));
+  for (int co = 0; co < l->cout; co++)
+    for (int ci = 0; ci < l->cin; ci++)
+      for (int tap = 0; tap < 9; tap++)
+        host[((size_t)co * 9 + tap) * cs + ci] = l->w[((size_t)co * l->cin + ci) * 9 + tap];
+  int err = upload(s, host, n, &s->tail_w, tmp);
+  if (!err) s->own_tail = 1, s->tail_op = t;
+  return err;
+}
+
 static int create_inner(cstate *s, const fc_w2l *m) {
   const char *ev;
   int n = 0;
@@ -296,7 +343,7 @@ static int create_inner(cstate *s, const fc_w2l *m) {
   DNN(cudnnSetActivationDescriptor(s->relu, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0),
       "activation");
 
-  size_t maxw = 0;
+  size_t maxw = (size_t)16 * 2 * 9 * 80; /* at least setup_own_tail's, for narrow networks */
   for (int i = 0; i < m->nlayers; i++) {
     const w2l_layer *l = &m->layers[i];
     size_t nw = (size_t)(l->cin > FACE_CP ? l->cin : FACE_CP) * l->cout * l->kh * l->kw;
@@ -318,6 +365,7 @@ static int create_inner(cstate *s, const fc_w2l *m) {
    * there (test_wav2lip, W2L_FULL_DIR); wav2lip256's test fixture is too narrow to reach it */
   if (!err && m->face == 96 && own_first_fits(s, &m->layers[m->ops[s->face_op].layer]))
     err = setup_own_first(s, &m->layers[m->ops[s->face_op].layer], host, tmp, maxw);
+  if (!err) err = setup_own_tail(s, m, host, tmp, maxw);
   if (s->dtype == W2L_DT_F16 && !((ev = getenv("W2L_CUDA_OWN")) && strcmp(ev, "0") == 0)) {
     ev = getenv("W2L_CUDA_DENSE");
     s->own_dense = !ev ? 1 : !strcmp(ev, "0") ? 0 : !strcmp(ev, "all") ? 2 : 1;
@@ -572,7 +620,8 @@ static void print_timing(cstate *s, const fc_w2l *m, int batch) {
       const w2l_tensor *sp = l->kind == W2L_CONVT ? &m->tensors[o->in] : t;
       gflop = 2.0 * batch * sp->h * sp->w * l->cin * l->cout * l->kh * l->kw / 1e9;
     }
-    const char *name = i == m->nops - 1             ? "head (+sigmoid, output)"
+    const char *name = s->own_tail && i == s->tail_op ? "concat+out conv+head (ours)"
+                       : i == m->nops - 1             ? "head (+sigmoid, output)"
                        : o->kind == W2L_OP_CONV ? m->layers[o->layer].name
                                                 : "concat";
     fprintf(stderr, "w2l timing: batch %d op %2d %-28s %3dx%-3d c%-4d fused %2d %8.4f ms %7.1f TFLOP/s\n",
@@ -645,7 +694,22 @@ static int enqueue(cstate *s, const fc_w2l *m, const cplan *p, int io, int batch
       CU(cudaStreamWaitEvent(s->st, s->join, 0), "join");
     }
     if (cached && i < s->fsplit.face_ops) continue;
-    if (o->kind == W2L_OP_CONV && i == s->face_op && s->own_first) {
+    if (s->own_tail && i > s->tail_op) {
+      /* done by the tail kernel */
+    } else if (s->own_tail && i == s->tail_op) { /* concat + output block + head, one kernel */
+      const w2l_tensor *a = &m->tensors[o->in], *b = &m->tensors[o->in2];
+      const int from_cache = cached && s->skip_part[i];
+      CU((cudaError_t)w2l_cuda_tail(s->tp[o->in], a->c, from_cache ? NULL : s->tp[o->in2], b->c,
+                                    from_cache ? cb.d_feat : NULL,
+                                    from_cache ? s->parts.off[s->skip_part[i] - 1] : 0,
+                                    cb.d_jobs, s->tail_w, s->layers[m->ops[i + 1].layer].b32,
+                                    s->head_w, s->layers[m->ops[m->nops - 1].layer].b32,
+                                    m->layers[m->ops[i + 1].layer].cout,
+                                    io == W2L_IO_F32 ? (float *)s->d_out : NULL,
+                                    io == W2L_IO_F32 ? NULL : (uint8_t *)s->d_out, batch, a->h,
+                                    a->w, s->st),
+         "output block kernel");
+    } else if (o->kind == W2L_OP_CONV && i == s->face_op && s->own_first) {
       const w2l_tensor *t = &m->tensors[o->out];
       CU((cudaError_t)w2l_cuda_conv_first(s->tp[o->in], s->first_w, s->layers[o->layer].b32,
                                           s->tp[o->out], batch, t->h, t->w,
@@ -668,16 +732,17 @@ static int enqueue(cstate *s, const fc_w2l *m, const cplan *p, int io, int batch
     if (store && i == s->fsplit.face_ops - 1) /* every skip tensor is made and still alive */
       CU((cudaError_t)w2l_cuda_store_features(&s->parts, cb.d_jobs, batch, cb.d_feat, s->st),
          "feature store kernel");
-    if (s->debug) debug_op(s, m, i, batch);
+    if (s->debug && !(s->own_tail && i >= s->tail_op)) debug_op(s, m, i, batch);
   }
   /* head: the last 1x1 conv + sigmoid + output conversion; resident runs write bytes too */
   const w2l_op *last = &m->ops[m->nops - 1];
   if (s->timing) cudaEventRecord(s->ev[m->nops - 1], s->st);
-  CU((cudaError_t)w2l_cuda_head(s->tp[last->in], m->layers[last->layer].cin,
-                                s->head_w, s->layers[last->layer].b32,
-                                io == W2L_IO_F32 ? s->d_out : NULL,
-                                io == W2L_IO_F32 ? NULL : s->d_out, batch, P, s->dtype, s->st),
-     "output kernel");
+  if (!s->own_tail)
+    CU((cudaError_t)w2l_cuda_head(s->tp[last->in], m->layers[last->layer].cin,
+                                  s->head_w, s->layers[last->layer].b32,
+                                  io == W2L_IO_F32 ? s->d_out : NULL,
+                                  io == W2L_IO_F32 ? NULL : s->d_out, batch, P, s->dtype, s->st),
+       "output kernel");
   if (s->timing) cudaEventRecord(s->ev[m->nops], s->st);
   if (io == W2L_IO_COMPOSITE || cached) /* the patches, blended into their backgrounds, stay on the device */
     CU((cudaError_t)w2l_cuda_paste_jobs((const uint8_t *)s->d_out, m->face, cb.d_src, cb.d_jobs, batch,

@@ -102,6 +102,11 @@ typedef struct cstate {
    * (W2L_CUDA_DENSE=0, W2L_CUDA_OWN=0), 1 the 1x1 ones (default), 2 the 3x3 ones too
    * (W2L_CUDA_DENSE=all); n_dense: ops planned on it, over every plan */
   int own_dense, n_dense;
+  /* the last three ops (the concat before the output block, its 3x3 convolution, the head) as
+   * one kernel of ours (w2l_tail.cu): fp16, unless W2L_CUDA_TAIL=0 or W2L_CUDA_OWN=0; tail_op
+   * is the concat's op index, tail_w the convolution's weights in that kernel's layout */
+  int own_tail, tail_op;
+  void *tail_w;
   double search_s;       /* seconds spent in cudnnFind* */
   int find_plain;        /* W2L_CUDA_FIND=plain: cudnnFind* (cuDNN's own buffers), not *Ex */
   void *search_ws;       /* cudnnFind*Ex's workspace, while a plan is built */

@@ -56,6 +56,21 @@ int w2l_cuda_head(const void *x, int cin, const float *w, const float *bias, flo
 int w2l_cuda_conv_first(const void *x, const void *w, const float *bias, void *y, int n, int h,
                         int wd, int ks, cudaStream_t s);
 
+/* The network's last three ops as our own kernel (w2l_tail.cu), fp16 only: the concatenation
+ * of a NHWC [n][h][wd][ca] with b [n][h][wd][cb] (b NULL: each frame's b at arena + jobs[n].feat
+ * + off, the face-feature cache), the output block's 3x3 convolution (stride 1, padding 1) +
+ * bias + ReLU to cout channels, and the head as w2l_cuda_head (head_w [3][cout], head_b [3]
+ * fp32; outf or out8). w: [16 * no][9][cs] fp16 (output channel, tap, input channel; zeros past
+ * cout and ca + cb; no = 2 for cs 80, 1 for cs 16). _cs: the cs a shape runs with, 0 when the
+ * kernel has no instantiation for it; _prepare(cs): once before the first launch (its shared
+ * memory allowance; not inside a graph capture). */
+int w2l_cuda_tail_cs(int ca, int cb, int cout);
+int w2l_cuda_tail_prepare(int cs);
+int w2l_cuda_tail(const void *a, int ca, const void *b, int cb, const uint8_t *arena,
+                  size_t off, const void *jobs, const void *w, const float *bias,
+                  const float *head_w, const float *head_b, int cout, float *outf,
+                  uint8_t *out8, int n, int h, int wd, cudaStream_t s);
+
 /* A convolution whose filter covers its whole unpadded input (one output pixel: 3x3 on 3x3,
  * 1x1 on 1x1) as a matrix-vector product per frame, our own kernel (w2l_dense.cu), fp16 only:
  * x [n][K] (a frame's NHWC input, K = h * w * cin), w [N][K] (KRSC), bias fp32 [N], z NULL or
