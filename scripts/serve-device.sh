@@ -40,8 +40,8 @@
 #          AB_VALUES="simple persist1 0" other values),
 #          PyTorch compiled on the same 96 checkpoint (TORCH="" skips it) and
 #          bench/cudnn_convt_probe.cu's transposed convolutions layer by layer (PROBE="" skips
-#          it); TIMING: each op's time (eager) at those batches, with AB on (timing.txt) and off
-#          (timing_off.txt); under $OUT.
+#          it); TIMING: each op's time (eager) at those batches for each AB value
+#          (timing_<value>.txt); under $OUT.
 #          `[BATCHES=1,16] [MODEL_BATCHES=1,16,...] bash build-serve-dev/serve-device.sh profile`:
 #          ncu's list of the kernels of one fp16 pass at each batch size and their durations
 #          (CSV under $OUT); MODEL_BATCHES: `bench model` fp16 at those sizes first, no profiler.
@@ -267,12 +267,11 @@ kernel)
     --checkpoint /tmp/full/ckpt_zip.pth --batches 1,16,512 --dtypes fp16 --compile >"$OUT/torch.jsonl" 2>"$OUT/torch.err"
   cat "$OUT/torch.jsonl"; tail -3 "$OUT/torch.err"
   # each op's time (eager, CUDA events) at TIMING's batch sizes, the default kernels
-  [ -n "${TIMING:-}" ] && W2L_CUDA_TIMING=1 timeout 120 $X/facecast bench model --checkpoint \
-    /tmp/full/ckpt_zip.pth --device cuda --dtype fp16 --batches "$TIMING" --seconds 0.2 \
-    >/dev/null 2>"$OUT/timing.txt"
-  [ -n "${TIMING:-}" ] && env ${AB:-W2L_CUDA_OWN}=0 W2L_CUDA_TIMING=1 timeout 120 $X/facecast bench model \
-    --checkpoint /tmp/full/ckpt_zip.pth --device cuda --dtype fp16 --batches "$TIMING" --seconds 0.2 \
-    >/dev/null 2>"$OUT/timing_off.txt"
+  [ -n "${TIMING:-}" ] && for own in ${AB_VALUES:-1 0}; do
+    env ${AB:-W2L_CUDA_OWN}=$own W2L_CUDA_TIMING=1 timeout 120 $X/facecast bench model --checkpoint \
+      /tmp/full/ckpt_zip.pth --device cuda --dtype fp16 --batches "$TIMING" --seconds 0.2 \
+      >/dev/null 2>"$OUT/timing_$own.txt"
+  done
   # the transposed convolutions alone: cuDNN's ways and ours, layer by layer (PROBE="" skips)
   [ -n "${PROBE-1}" ] && timeout 200 $X/cudnn_convt_probe 1 16 64 256 512 >"$OUT/probe.txt" 2>&1
   [ -n "${PROBE-1}" ] && grep -v res3x3 "$OUT/probe.txt" | sed 's/| B4.*| C/| C/' ;;

@@ -911,53 +911,84 @@ static void cuda_case(int dtype) {
  * accumulation order of one convolution differs (both round its activations to fp16 before the
  * head): a few 1-ulp flips, under 3e-3 after the head; a wrong tap, channel or tile is off by
  * tenths. */
-static void tail_vs_cudnn(const char *ckpt, int side, int maxb, const float *mel,
-                          const float *faces, const int *batches, size_t nb) {
-  /* the default form (a list, for trying other forms of the kernel beside it) */
-  static const char *forms[] = {NULL};
-  enum { NF = sizeof forms / sizeof forms[0] };
+/* One of facecast's kernels (switched on by the environment variable sw = "1") against the
+ * cuDNN path it replaces, both models on fixed algorithms, so the two differ only in that op's
+ * accumulation order: the output at each batch (three calls: eager, capture, replay) within
+ * 3e-3, and fc_w2l_describe naming the kernel (phrase) on one model only. */
+static void kernel_vs_cudnn(const char *sw, const char *phrase, const char *ckpt, int side,
+                            int maxb, const float *mel, const float *faces, const int *batches,
+                            size_t nb) {
   int skipped;
   char how[512], how0[512];
-  fc_w2l *m[NF] = {0};
   setenv("W2L_CUDA_FIXED_ALGO", "1", 1);
-  setenv("W2L_CUDA_TAIL", "0", 1);
-  fc_w2l *m0 = load_cuda(ckpt, FC_W2L_FP16, maxb, &skipped);
-  for (int f = 0; f < NF && !skipped; f++) {
-    if (forms[f]) setenv("W2L_CUDA_TAIL", forms[f], 1);
-    else unsetenv("W2L_CUDA_TAIL");
-    m[f] = load_cuda(ckpt, FC_W2L_FP16, maxb, &skipped);
-  }
-  unsetenv("W2L_CUDA_TAIL");
+  setenv(sw, "0", 1);
+  fc_w2l *m0 = load_cuda(ckpt, FC_W2L_FP16, maxb, &skipped), *m = NULL;
+  setenv(sw, "1", 1);
+  if (!skipped) m = load_cuda(ckpt, FC_W2L_FP16, maxb, &skipped);
+  unsetenv(sw);
   unsetenv("W2L_CUDA_FIXED_ALGO");
   if (skipped) return;
-  FC_REQUIRE(m0);
+  FC_REQUIRE(m0 && m);
   fc_w2l_describe(m0, how0, sizeof how0);
-  FC_CHECK(strstr(how0, "output block + head on facecast's kernel") == NULL);
+  fc_w2l_describe(m, how, sizeof how);
+  FC_CHECK(strstr(how0, phrase) == NULL);
+  FC_CHECK(strstr(how, phrase) != NULL);
   const size_t per = (size_t)3 * side * side;
   float *out = malloc(maxb * per * sizeof(float)), *ref = malloc(maxb * per * sizeof(float));
   FC_REQUIRE(out && ref);
-  for (int f = 0; f < NF; f++) {
-    FC_REQUIRE(m[f]);
-    fc_w2l_describe(m[f], how, sizeof how);
-    FC_CHECK(strstr(how, "output block + head on facecast's kernel") != NULL);
-    for (size_t b = 0; b < nb; b++) {
-      int n = batches[b], err = 0;
-      double worst = 0;
-      for (int call = 0; call < 3 && !err; call++) { /* eager, capture, replay */
-        memset(out, 0xff, (size_t)n * per * sizeof(float)); /* NaN: every value must be written */
-        if (!(err = fc_w2l_infer(m0, mel, faces, ref, n))) err = fc_w2l_infer(m[f], mel, faces, out, n);
-        double e = err ? 1 : max_abs_diff(out, ref, (size_t)n * per);
-        worst = e > worst ? e : worst;
-      }
-      FC_CHECK_INT(err, ==, FC_OK);
-      fprintf(stderr, "  %d fp16, batch %3d: output block kernel (%s) vs cuDNN's: max diff %.3g\n",
-              side, n, forms[f] ? forms[f] : "default", worst);
-      FC_CHECK(worst <= 3e-3);
+  for (size_t b = 0; b < nb; b++) {
+    int n = batches[b], err = 0;
+    double worst = 0;
+    for (int call = 0; call < 3 && !err; call++) { /* eager, capture, replay */
+      memset(out, 0xff, (size_t)n * per * sizeof(float)); /* NaN: every value must be written */
+      if (!(err = fc_w2l_infer(m0, mel, faces, ref, n))) err = fc_w2l_infer(m, mel, faces, out, n);
+      double e = err ? 1 : max_abs_diff(out, ref, (size_t)n * per);
+      worst = e > worst ? e : worst;
     }
-    fc_w2l_destroy(m[f]);
+    FC_CHECK_INT(err, ==, FC_OK);
+    fprintf(stderr, "  %d fp16, batch %3d: %s kernel vs cuDNN's: max diff %.3g\n", side, n, sw,
+            worst);
+    FC_CHECK(worst <= 3e-3);
   }
   free(out), free(ref);
+  fc_w2l_destroy(m);
   fc_w2l_destroy(m0);
+}
+
+static void tail_vs_cudnn(const char *ckpt, int side, int maxb, const float *mel,
+                          const float *faces, const int *batches, size_t nb) {
+  kernel_vs_cudnn("W2L_CUDA_TAIL", "output block + head on facecast's kernel", ckpt, side, maxb,
+                  mel, faces, batches, nb);
+}
+
+/* The 256 fixture's samples repeated to n frames (mel and faces malloc'd; -1 without memory). */
+static int tile256(int n, float **mel, float **faces) {
+  const size_t perf = (size_t)6 * P256;
+  *mel = malloc(n * 80 * 16 * sizeof(float)), *faces = malloc(n * perf * sizeof(float));
+  if (!*mel || !*faces) return -1;
+  for (int i = 0; i < n; i++) {
+    memcpy(*mel + (size_t)i * 80 * 16, g_mel256 + (size_t)(i % N256) * 80 * 16, 80 * 16 * sizeof(float));
+    memcpy(*faces + i * perf, g_faces256 + (i % N256) * perf, perf * sizeof(float));
+  }
+  return 0;
+}
+
+/* The concat + ConvT kernel (w2l_convt.cu) against the concat kernel + cuDNN's backward-data
+ * call, on both fixtures (the narrow networks' instantiation; full width in test_cuda_full). */
+static void test_cuda_convt(void) {
+  FC_REQUIRE(load_inputs() == 0 && load_inputs256() == 0);
+  static const int b96[] = {1, 7, 16}, b256[] = {1, 2, 16};
+  float *mel = malloc(16 * 80 * 16 * sizeof(float)), *faces = malloc(16 * 6 * 96 * 96 * sizeof(float));
+  FC_REQUIRE(mel && faces);
+  tile(&g_mel, 16, mel), tile(&g_faces, 16, faces);
+  kernel_vs_cudnn("W2L_CUDA_CONVT", "transposed convolution on facecast's kernel",
+                  W2L_DIR "/ckpt_zip.pth", 96, 16, mel, faces, b96, 3);
+  free(mel), free(faces);
+  enum { MB = 16 };
+  FC_REQUIRE(tile256(MB, &mel, &faces) == 0);
+  kernel_vs_cudnn("W2L_CUDA_CONVT", "transposed convolution on facecast's kernel",
+                  W256_DIR "/ckpt_zip.pth", 256, MB, mel, faces, b256, 3);
+  free(mel), free(faces);
 }
 
 static void test_cuda_tail(void) {
@@ -967,17 +998,21 @@ static void test_cuda_tail(void) {
   float *mel = malloc(64 * 80 * 16 * sizeof(float)), *faces = malloc(64 * 6 * 96 * 96 * sizeof(float));
   FC_REQUIRE(mel && faces);
   tile(&g_mel, 64, mel), tile(&g_faces, 64, faces);
-  tail_vs_cudnn(W2L_DIR "/ckpt_zip.pth", 96, 64, mel, faces, b96, 4);
+  static const char *forms[] = {"0", "1", "2", "3"};
+  for (int f = 0; f < 4; f++) {
+    setenv("W2L_CUDA_TAIL_FORM", forms[f], 1);
+    fprintf(stderr, "  tail form %s\n", forms[f]);
+    tail_vs_cudnn(W2L_DIR "/ckpt_zip.pth", 96, 64, mel, faces, b96, 4);
+  }
   free(mel), free(faces);
   enum { MB = 16 };
-  const size_t perf = (size_t)6 * P256;
-  mel = malloc(MB * 80 * 16 * sizeof(float)), faces = malloc(MB * perf * sizeof(float));
-  FC_REQUIRE(mel && faces);
-  for (int i = 0; i < MB; i++) {
-    memcpy(mel + (size_t)i * 80 * 16, g_mel256 + (size_t)(i % N256) * 80 * 16, 80 * 16 * sizeof(float));
-    memcpy(faces + i * perf, g_faces256 + (i % N256) * perf, perf * sizeof(float));
+  FC_REQUIRE(tile256(MB, &mel, &faces) == 0);
+  for (int f = 0; f < 4; f++) {
+    setenv("W2L_CUDA_TAIL_FORM", forms[f], 1);
+    fprintf(stderr, "  tail form %s\n", forms[f]);
+    tail_vs_cudnn(W256_DIR "/ckpt_zip.pth", 256, MB, mel, faces, b256, 3);
   }
-  tail_vs_cudnn(W256_DIR "/ckpt_zip.pth", 256, MB, mel, faces, b256, 3);
+  unsetenv("W2L_CUDA_TAIL_FORM");
   free(mel), free(faces);
 }
 
@@ -1089,6 +1124,10 @@ static void own_vs_cudnn(fc_w2l *m, const char *path, int maxb, const float *mel
   FC_CHECK(strstr(how0, "first layer on facecast's kernel") == NULL);
   FC_CHECK(strstr(how, "output block + head on facecast's kernel") != NULL);
   FC_CHECK(strstr(how0, "output block + head on facecast's kernel") == NULL);
+  const char *ct = getenv("W2L_CUDA_CONVT"); /* opt-in: on in the full-width run when asked */
+  FC_CHECK((strstr(how, "transposed convolution on facecast's kernel") != NULL) ==
+           (ct && !strcmp(ct, "1")));
+  FC_CHECK(strstr(how0, "transposed convolution on facecast's kernel") == NULL);
   FC_CHECK(strstr(how0, "whole-input layers") == NULL);
   /* the 96 network's three 1x1-on-1x1 layers in each small batch's plan by default, its five
    * whole-input layers with W2L_CUDA_DENSE=all */
@@ -1182,6 +1221,7 @@ int main(void) {
   FC_RUN(test_cuda256_fp32);
   FC_RUN(test_cuda256_fp16);
   FC_RUN(test_cuda_tail);
+  FC_RUN(test_cuda_convt);
   FC_RUN(test_cuda_full);
   free(g_mel.d);
   free(g_faces.d);

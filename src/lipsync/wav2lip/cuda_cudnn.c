@@ -56,6 +56,10 @@
  * block's 3x3 convolution, the head) run as one kernel of ours in fp16 (w2l_tail.cu: the
  * 80-channel concat never written, the 32-channel activations never leave the chip);
  * W2L_CUDA_TAIL=0 (or W2L_CUDA_OWN=0) keeps the concat kernel, cuDNN and w2l_cuda_head.
+ * Likewise the concat at 48x48 and the transposed convolution to 96x96 that reads it
+ * (w2l_convt.cu: its four sub-pixel phases, no zeros multiplied, the 160-channel concat never
+ * written), opt-in with W2L_CUDA_CONVT=1 until measured on a GPU; otherwise the concat kernel
+ * and cuDNN's backward-data call.
  *
  * Diagnostics (environment, read at load): W2L_CUDA_NOFUSE=1, W2L_CUDA_FIXED_ALGO=1,
  * W2L_CUDA_FIND=plain (see above), W2L_CUDA_SEARCH_UPTO=N (wav2lip.h), W2L_CUDA_RETIME=0 (no
@@ -137,6 +141,7 @@ static void cuda_destroy(void *state) {
   w2l_algo_cache_close(s->algos);
   cudaFree(s->first_w);
   cudaFree(s->tail_w);
+  cudaFree(s->convt_w);
   free(s);
 }
 
@@ -228,8 +233,9 @@ static void cuda_describe(void *state, char *buf, size_t n) {
     snprintf(feat, sizeof feat, "face features kept for up to %lld frames (%zu MiB)%s; ",
              fs.capacity, (size_t)(fs.capacity * (long long)fs.record_bytes) >> 20,
              fs.on ? "" : ", off");
-  snprintf(buf, n, "%s%s%s%scuDNN algorithms: %d from the cache, %d searched (%.2f s%s, %s)%s%s%s",
+  snprintf(buf, n, "%s%s%s%s%scuDNN algorithms: %d from the cache, %d searched (%.2f s%s, %s)%s%s%s",
            s->own_first ? "first layer on facecast's kernel; " : "",
+           s->own_convt ? "concat + transposed convolution on facecast's kernel; " : "",
            s->own_tail ? "output block + head on facecast's kernel; " : "", dense, feat, s->n_cached,
            s->n_searched, s->search_s, by, s->find_plain ? "cudnnFind" : "cudnnFindEx", like,
            path ? "; cache " : "; no cache (FACECAST_CACHE_DIR=off)", path ? path : "");
@@ -272,6 +278,20 @@ static int setup_own_first(cstate *s, const w2l_layer *l, float *host, float *tm
   return err;
 }
 
+/* A 3x3 layer's weights as our kernels read them: [rows][9][cs] (output channel, tap, input
+ * channel), n = rows * 9 * cs values, zeros past the layer's channels; from PyTorch's
+ * [co][ci][3][3] (Conv2d) or [ci][co][3][3] (ConvTranspose2d). */
+static int upload_taps(cstate *s, const w2l_layer *l, size_t n, int cs, void **dst, float *host,
+                       float *tmp) {
+  memset(host, 0, n * sizeof(float));
+  for (int co = 0; co < l->cout; co++)
+    for (int ci = 0; ci < l->cin; ci++)
+      for (int tap = 0; tap < 9; tap++)
+        host[((size_t)co * 9 + tap) * cs + ci] =
+            l->w[(l->kind == W2L_CONVT ? (size_t)ci * l->cout + co : (size_t)co * l->cin + ci) * 9 + tap];
+  return upload(s, host, n, dst, tmp);
+}
+
 /* Whether the last three ops run as w2l_cuda_tail: fp16, not turned off (W2L_CUDA_TAIL=0 or
  * W2L_CUDA_OWN=0 keep the concat kernel, cuDNN and w2l_cuda_head: the reference the GPU tests
  * compare it with), and the network ending as Wav2Lip's does: a concatenation read only by a
@@ -302,14 +322,46 @@ static int setup_own_tail(cstate *s, const fc_w2l *m, float *host, float *tmp, s
     cudaGetLastError();
     return FC_OK;
   }
-  memset(host, 0, n * sizeof(float));
-  for (int co = 0; co < l->cout; co++)
-    for (int ci = 0; ci < l->cin; ci++)
-      for (int tap = 0; tap < 9; tap++)
-        host[((size_t)co * 9 + tap) * cs + ci] = l->w[((size_t)co * l->cin + ci) * 9 + tap];
-  int err = upload(s, host, n, &s->tail_w, tmp);
+  int err = upload_taps(s, l, n, cs, &s->tail_w, host, tmp);
   if (!err) s->own_tail = 1, s->tail_op = t;
   return err;
+}
+
+/* Whether a concat and the ConvT reading it run as w2l_cuda_convt: fp16, asked for
+ * (W2L_CUDA_CONVT=1: opt-in until it is measured against cuDNN on a GPU; not with
+ * W2L_CUDA_OWN=0), a
+ * concatenation read only by a ConvTranspose2d (3x3, stride 2, padding 1, output padding 1, no
+ * residual) whose channels the kernel is instantiated for: the last such pair (the largest
+ * picture, where cuDNN is weakest; in the 96 network the only one). Its weights:
+ * [32 * groups][9][cs], zeros past the layer's channels. */
+static int setup_own_convt(cstate *s, const fc_w2l *m, float *host, float *tmp, size_t cap) {
+  const char *ev = getenv("W2L_CUDA_OWN"), *et = getenv("W2L_CUDA_CONVT");
+  if ((ev && !strcmp(ev, "0")) || !et || strcmp(et, "1") || s->dtype != W2L_DT_F16) return FC_OK;
+  for (int t = m->nops - 2; t >= 0; t--) {
+    const w2l_op *oc = &m->ops[t], *ot = &m->ops[t + 1];
+    if (oc->kind != W2L_OP_CONCAT || ot->kind != W2L_OP_CONV || ot->in != oc->out) continue;
+    const w2l_layer *l = &m->layers[ot->layer];
+    const w2l_tensor *a = &m->tensors[oc->in], *b = &m->tensors[oc->in2], *y = &m->tensors[ot->out];
+    const int cs = w2l_cuda_convt_cs(a->c, b->c, l->cout);
+    if (!cs || l->kind != W2L_CONVT || l->kh != 3 || l->kw != 3 || l->sh != 2 || l->sw != 2 ||
+        l->ph != 1 || l->pw != 1 || l->oph != 1 || l->opw != 1 || l->residual ||
+        l->cin != a->c + b->c || y->h != 2 * a->h || y->w != 2 * a->w)
+      continue;
+    int other = 0; /* nothing else may read the concat the kernel never writes */
+    for (int i = 0; i < m->nops; i++)
+      if (i != t + 1 && (m->ops[i].in == oc->out || m->ops[i].in2 == oc->out)) other = 1;
+    const int rows = (l->cout + 31) / 32 * 32;
+    const size_t n = (size_t)rows * 9 * cs;
+    if (other || n > cap) continue;
+    if (w2l_cuda_convt_prepare(cs)) { /* no shared memory allowance: cuDNN does it */
+      cudaGetLastError();
+      return FC_OK;
+    }
+    int err = upload_taps(s, l, n, cs, &s->convt_w, host, tmp);
+    if (!err) s->own_convt = 1, s->convt_op = t;
+    return err;
+  }
+  return FC_OK;
 }
 
 static int create_inner(cstate *s, const fc_w2l *m) {
@@ -366,6 +418,7 @@ static int create_inner(cstate *s, const fc_w2l *m) {
   if (!err && m->face == 96 && own_first_fits(s, &m->layers[m->ops[s->face_op].layer]))
     err = setup_own_first(s, &m->layers[m->ops[s->face_op].layer], host, tmp, maxw);
   if (!err) err = setup_own_tail(s, m, host, tmp, maxw);
+  if (!err) err = setup_own_convt(s, m, host, tmp, maxw);
   if (s->dtype == W2L_DT_F16 && !((ev = getenv("W2L_CUDA_OWN")) && strcmp(ev, "0") == 0)) {
     ev = getenv("W2L_CUDA_DENSE");
     s->own_dense = !ev ? 1 : !strcmp(ev, "0") ? 0 : !strcmp(ev, "all") ? 2 : 1;
@@ -620,7 +673,8 @@ static void print_timing(cstate *s, const fc_w2l *m, int batch) {
       const w2l_tensor *sp = l->kind == W2L_CONVT ? &m->tensors[o->in] : t;
       gflop = 2.0 * batch * sp->h * sp->w * l->cin * l->cout * l->kh * l->kw / 1e9;
     }
-    const char *name = s->own_tail && i == s->tail_op ? "concat+out conv+head (ours)"
+    const char *name = s->own_tail && i == s->tail_op     ? "concat+out conv+head (ours)"
+                       : s->own_convt && i == s->convt_op ? "concat+ConvT (ours)"
                        : i == m->nops - 1             ? "head (+sigmoid, output)"
                        : o->kind == W2L_OP_CONV ? m->layers[o->layer].name
                                                 : "concat";
@@ -694,8 +748,19 @@ static int enqueue(cstate *s, const fc_w2l *m, const cplan *p, int io, int batch
       CU(cudaStreamWaitEvent(s->st, s->join, 0), "join");
     }
     if (cached && i < s->fsplit.face_ops) continue;
-    if (s->own_tail && i > s->tail_op) {
-      /* done by the tail kernel */
+    if ((s->own_tail && i > s->tail_op) || (s->own_convt && i == s->convt_op + 1)) {
+      /* done by the tail kernel, or by the ConvT kernel at the concat before it */
+    } else if (s->own_convt && i == s->convt_op) { /* concat + ConvT + bias + ReLU, one kernel */
+      const w2l_op *ot = &m->ops[i + 1];
+      const w2l_tensor *a = &m->tensors[o->in], *b = &m->tensors[o->in2];
+      const w2l_layer *l = &m->layers[ot->layer];
+      const int from_cache = cached && s->skip_part[i];
+      CU((cudaError_t)w2l_cuda_convt(s->tp[o->in], a->c, from_cache ? NULL : s->tp[o->in2], b->c,
+                                     from_cache ? cb.d_feat : NULL,
+                                     from_cache ? s->parts.off[s->skip_part[i] - 1] : 0,
+                                     cb.d_jobs, s->convt_w, s->layers[ot->layer].b32, l->cout,
+                                     l->relu, s->tp[ot->out], batch, a->h, a->w, s->st),
+         "transposed convolution kernel");
     } else if (s->own_tail && i == s->tail_op) { /* concat + output block + head, one kernel */
       const w2l_tensor *a = &m->tensors[o->in], *b = &m->tensors[o->in2];
       const int from_cache = cached && s->skip_part[i];
@@ -732,7 +797,8 @@ static int enqueue(cstate *s, const fc_w2l *m, const cplan *p, int io, int batch
     if (store && i == s->fsplit.face_ops - 1) /* every skip tensor is made and still alive */
       CU((cudaError_t)w2l_cuda_store_features(&s->parts, cb.d_jobs, batch, cb.d_feat, s->st),
          "feature store kernel");
-    if (s->debug && !(s->own_tail && i >= s->tail_op)) debug_op(s, m, i, batch);
+    if (s->debug && !(s->own_tail && i >= s->tail_op) && !(s->own_convt && i == s->convt_op))
+      debug_op(s, m, i, batch);
   }
   /* head: the last 1x1 conv + sigmoid + output conversion; resident runs write bytes too */
   const w2l_op *last = &m->ops[m->nops - 1];

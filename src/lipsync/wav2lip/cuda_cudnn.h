@@ -107,6 +107,11 @@ typedef struct cstate {
    * is the concat's op index, tail_w the convolution's weights in that kernel's layout */
   int own_tail, tail_op;
   void *tail_w;
+  /* a concat and the stride-2 ConvT reading it (the 96 network's 48x48 -> 96x96 one) as one
+   * kernel of ours (w2l_convt.cu): fp16, with W2L_CUDA_CONVT=1 (opt-in); convt_op is
+   * the concat's op index, convt_w the ConvT's weights in that kernel's layout */
+  int own_convt, convt_op;
+  void *convt_w;
   double search_s;       /* seconds spent in cudnnFind* */
   int find_plain;        /* W2L_CUDA_FIND=plain: cudnnFind* (cuDNN's own buffers), not *Ex */
   void *search_ws;       /* cudnnFind*Ex's workspace, while a plan is built */

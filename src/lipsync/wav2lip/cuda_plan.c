@@ -302,6 +302,7 @@ int w2l_cudnn_build_plan(cstate *s, const fc_w2l *m, cplan *p) {
     if ((err = tensor_desc(s, &po->y, to, p->batch, to->c))) return err;
     if (i == s->face_op && s->own_first) continue; /* w2l_cuda_conv_first: nothing to search */
     if (s->own_tail && i == s->tail_op + 1) continue; /* w2l_cuda_tail: nothing either */
+    if (s->own_convt && i == s->convt_op + 1) continue; /* w2l_cuda_convt: nor here */
     if ((po->dense = dense_fits(s, m, o, p->batch))) { /* w2l_cuda_dense: nothing to search */
       s->n_dense++;
       continue;

@@ -71,6 +71,18 @@ int w2l_cuda_tail(const void *a, int ca, const void *b, int cb, const uint8_t *a
                   const float *head_w, const float *head_b, int cout, float *outf,
                   uint8_t *out8, int n, int h, int wd, cudaStream_t s);
 
+/* A concatenation and the transposed convolution reading it as our own kernel (w2l_convt.cu),
+ * fp16 only: a NHWC [n][h][wd][ca] and b [n][h][wd][cb] as w2l_cuda_tail's (b and arena NULL
+ * with cb 0: a alone) through a ConvTranspose2d with a 3x3 filter, stride 2, padding 1 and
+ * output padding 1, + bias (+ ReLU) into y NHWC [n][2h][2wd][co]. w: [32 * groups][9][cs] fp16
+ * (output channel, tap ky * 3 + kx, input channel; zeros past co and ca + cb). _cs: the cs a
+ * shape runs with, 0 when none; _prepare(cs): once before the first launch. */
+int w2l_cuda_convt_cs(int ca, int cb, int co);
+int w2l_cuda_convt_prepare(int cs);
+int w2l_cuda_convt(const void *a, int ca, const void *b, int cb, const uint8_t *arena,
+                   size_t off, const void *jobs, const void *w, const float *bias, int co,
+                   int relu, void *y, int n, int h, int wd, cudaStream_t s);
+
 /* A convolution whose filter covers its whole unpadded input (one output pixel: 3x3 on 3x3,
  * 1x1 on 1x1) as a matrix-vector product per frame, our own kernel (w2l_dense.cu), fp16 only:
  * x [n][K] (a frame's NHWC input, K = h * w * cin), w [N][K] (KRSC), bias fp32 [N], z NULL or
