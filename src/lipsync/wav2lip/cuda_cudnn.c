@@ -352,7 +352,8 @@ static int setup_own_convt(cstate *s, const fc_w2l *m, float *host, float *tmp, 
       if (i != t + 1 && (m->ops[i].in == oc->out || m->ops[i].in2 == oc->out)) other = 1;
     const int rows = (l->cout + 31) / 32 * 32;
     const size_t n = (size_t)rows * 9 * cs;
-    if (other || n > cap) continue;
+    /* the kernel writes y while it reads a and b: model.c's plan keeps them apart */
+    if (other || n > cap || y->slot == a->slot || y->slot == b->slot) continue;
     if (w2l_cuda_convt_prepare(cs)) { /* no shared memory allowance: cuDNN does it */
       cudaGetLastError();
       return FC_OK;

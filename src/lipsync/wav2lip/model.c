@@ -336,6 +336,22 @@ static int plan_slots(fc_w2l *m, int host_slots) {
     if (o->tmp >= 0) m->tensors[o->tmp].first = m->tensors[o->tmp].last = i;
   }
   m->tensors[m->t_logits].last = m->nops; /* read by the output conversion */
+  /* A concat read only by a transposed convolution keeps its inputs alive until that has
+   * run, so that a backend may run the two as one kernel (cuda_cudnn.c: w2l_cuda_convt writes
+   * the ConvT's output while it still reads the concat's inputs): that output then never
+   * shares their slots. */
+  for (int i = 0; i < m->nops; i++) {
+    const w2l_op *o = &m->ops[i];
+    if (o->kind != W2L_OP_CONCAT) continue;
+    int reader = -1, readers = 0;
+    for (int j = 0; j < m->nops; j++)
+      if (m->ops[j].in == o->out || m->ops[j].in2 == o->out) reader = j, readers++;
+    if (readers != 1 || reader <= i || m->ops[reader].kind != W2L_OP_CONV ||
+        m->layers[m->ops[reader].layer].kind != W2L_CONVT)
+      continue;
+    if (m->tensors[o->in].last < reader) m->tensors[o->in].last = reader;
+    if (o->in2 >= 0 && m->tensors[o->in2].last < reader) m->tensors[o->in2].last = reader;
+  }
 
   for (int step = -1; step < m->nops; step++) {
     for (int t = 0; t < m->ntensors; t++) {
