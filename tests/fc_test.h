@@ -52,8 +52,19 @@ static int fc_test_case_failed_ = 0;
     }                                                                                          \
   } while (0)
 
+/* FC_TEST_ONLY=NAME[,NAME...] runs only those cases (a GPU session's second pass, say) */
+static inline int fc_test_selected_(const char *name) {
+  const char *only = getenv("FC_TEST_ONLY");
+  if (!only || !*only) return 1;
+  const size_t n = strlen(name);
+  for (const char *p = only; (p = strstr(p, name)); p += n)
+    if ((p == only || p[-1] == ',') && (p[n] == 0 || p[n] == ',')) return 1;
+  return 0;
+}
+
 #define FC_RUN(fn)                                                                             \
   do {                                                                                         \
+    if (!fc_test_selected_(#fn)) break;                                                        \
     fc_test_case_failed_ = 0;                                                                  \
     fn();                                                                                      \
     fprintf(stderr, "%s %s\n", fc_test_case_failed_ ? "FAIL" : "ok  ", #fn);                   \

@@ -981,14 +981,20 @@ static void test_cuda_convt(void) {
   float *mel = malloc(16 * 80 * 16 * sizeof(float)), *faces = malloc(16 * 6 * 96 * 96 * sizeof(float));
   FC_REQUIRE(mel && faces);
   tile(&g_mel, 16, mel), tile(&g_faces, 16, faces);
-  kernel_vs_cudnn("W2L_CUDA_CONVT", "transposed convolution on facecast's kernel",
-                  W2L_DIR "/ckpt_zip.pth", 96, 16, mel, faces, b96, 3);
-  free(mel), free(faces);
   enum { MB = 16 };
-  FC_REQUIRE(tile256(MB, &mel, &faces) == 0);
-  kernel_vs_cudnn("W2L_CUDA_CONVT", "transposed convolution on facecast's kernel",
-                  W256_DIR "/ckpt_zip.pth", 256, MB, mel, faces, b256, 3);
-  free(mel), free(faces);
+  float *mel2 = NULL, *faces2 = NULL;
+  FC_REQUIRE(tile256(MB, &mel2, &faces2) == 0);
+  static const char *forms[] = {"0", "1"}; /* W2L_CUDA_CONVT_FORM: resident, pipelined */
+  for (int f = 0; f < 2; f++) {
+    setenv("W2L_CUDA_CONVT_FORM", forms[f], 1);
+    fprintf(stderr, "  convt form %s\n", forms[f]);
+    kernel_vs_cudnn("W2L_CUDA_CONVT", "transposed convolution on facecast's kernel",
+                    W2L_DIR "/ckpt_zip.pth", 96, 16, mel, faces, b96, 3);
+    kernel_vs_cudnn("W2L_CUDA_CONVT", "transposed convolution on facecast's kernel",
+                    W256_DIR "/ckpt_zip.pth", 256, MB, mel2, faces2, b256, 3);
+  }
+  unsetenv("W2L_CUDA_CONVT_FORM");
+  free(mel), free(faces), free(mel2), free(faces2);
 }
 
 static void test_cuda_tail(void) {
