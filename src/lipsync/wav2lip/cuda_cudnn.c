@@ -334,9 +334,13 @@ static int setup_own_tail(cstate *s, const fc_w2l *m, float *host, float *tmp, s
  * residual) whose channels the kernel is instantiated for: the last such pair (the largest
  * picture, where cuDNN is weakest; in the 96 network the only one). Its weights:
  * [32 * groups][9][cs], zeros past the layer's channels. */
-static int setup_own_convt(cstate *s, const fc_w2l *m, float *host, float *tmp, size_t cap) {
+static int cuda_fuses_concat_convt(const fc_w2l *m) {
   const char *ev = getenv("W2L_CUDA_OWN"), *et = getenv("W2L_CUDA_CONVT");
-  if ((ev && !strcmp(ev, "0")) || !et || strcmp(et, "1") || s->dtype != W2L_DT_F16) return FC_OK;
+  return !(ev && !strcmp(ev, "0")) && et && !strcmp(et, "1") && m->dtype == W2L_DT_F16;
+}
+
+static int setup_own_convt(cstate *s, const fc_w2l *m, float *host, float *tmp, size_t cap) {
+  if (!cuda_fuses_concat_convt(m)) return FC_OK;
   for (int t = m->nops - 2; t >= 0; t--) {
     const w2l_op *oc = &m->ops[t], *ot = &m->ops[t + 1];
     if (oc->kind != W2L_OP_CONCAT || ot->kind != W2L_OP_CONV || ot->in != oc->out) continue;
@@ -352,7 +356,8 @@ static int setup_own_convt(cstate *s, const fc_w2l *m, float *host, float *tmp, 
       if (i != t + 1 && (m->ops[i].in == oc->out || m->ops[i].in2 == oc->out)) other = 1;
     const int rows = (l->cout + 31) / 32 * 32;
     const size_t n = (size_t)rows * 9 * cs;
-    /* the kernel writes y while it reads a and b: model.c's plan keeps them apart */
+    /* the kernel writes y while it reads a and b: the plan keeps them apart (model.c, asked
+     * by cuda_fuses_concat_convt with the same switches) */
     if (other || n > cap || y->slot == a->slot || y->slot == b->slot) continue;
     if (w2l_cuda_convt_prepare(cs)) { /* no shared memory allowance: cuDNN does it */
       cudaGetLastError();
@@ -959,4 +964,5 @@ const w2l_backend fc_w2l_backend_cudnn = {
     .name = "cuda", .create = cuda_create, .destroy = cuda_destroy, .prepare = cuda_prepare,
     .run_op = cuda_run_op, .infer = cuda_infer, .composite = cuda_composite,
     .device_bytes = cuda_device_bytes, .device_memory = cuda_device_memory,
-    .describe = cuda_describe, .features = cuda_features, .feature_stats = cuda_feature_stats};
+    .describe = cuda_describe, .features = cuda_features, .feature_stats = cuda_feature_stats,
+    .fuses_concat_convt = cuda_fuses_concat_convt};

@@ -320,9 +320,10 @@ out:
 static size_t tensor_floats(const w2l_tensor *t) { return (size_t)t->h * t->w * t->c; }
 
 /* Greedy: at each op, give its outputs a free slot (best fit, else grow the largest free one,
- * else a new slot), then free the tensors whose last reader was this op. host_slots: allocate
- * the buffers (0: a backend with its own, e.g. on a GPU, only uses the plan). */
-static int plan_slots(fc_w2l *m, int host_slots) {
+ * else a new slot), then free the tensors whose last reader was this op. Host buffers only for
+ * a backend without infer() (one with it, e.g. on a GPU, only uses the plan). */
+static int plan_slots(fc_w2l *m, const w2l_backend *be) {
+  const int host_slots = be->infer == NULL;
   int owner[W2L_MAX_TENSORS]; /* tensor holding each slot, -1 = free */
   size_t cap[W2L_MAX_TENSORS];
   int ns = 0;
@@ -337,10 +338,9 @@ static int plan_slots(fc_w2l *m, int host_slots) {
   }
   m->tensors[m->t_logits].last = m->nops; /* read by the output conversion */
   /* A concat read only by a transposed convolution keeps its inputs alive until that has
-   * run, so that a backend may run the two as one kernel (cuda_cudnn.c: w2l_cuda_convt writes
-   * the ConvT's output while it still reads the concat's inputs): that output then never
-   * shares their slots. */
-  for (int i = 0; i < m->nops; i++) {
+   * run when the backend may run the two as one kernel (w2l_backend.fuses_concat_convt). */
+  const int fuse = be->fuses_concat_convt && be->fuses_concat_convt(m);
+  for (int i = 0; fuse && i < m->nops; i++) {
     const w2l_op *o = &m->ops[i];
     if (o->kind != W2L_OP_CONCAT) continue;
     int reader = -1, readers = 0;
@@ -519,7 +519,7 @@ static fc_w2l *load(const char *path, const void *data, size_t size, const fc_w2
   }
   /* the plan (and its bound on activations) before any weight is read: a file that asks for
    * too much is refused before it costs memory */
-  if ((err = plan_slots(m, be->infer == NULL))) goto fail;
+  if ((err = plan_slots(m, be))) goto fail;
   for (int li = 0; li < m->nlayers; li++)
     if ((err = load_layer(m, b, ck, li))) goto fail;
   fc_checkpoint_destroy(ck);

@@ -112,6 +112,12 @@ struct w2l_backend {
   /* Optional: the composite path's face-feature cache (fc_w2l_set_feature_cache). */
   int (*features)(void *state, int on);
   void (*feature_stats)(void *state, fc_w2l_feature_stats *st);
+  /* Optional, asked before the slot plan (m->dtype set): non-zero when the backend may run a
+   * concat and the transposed convolution that alone reads it as one kernel, which writes the
+   * ConvT's output while it reads the concat's inputs; the plan then keeps those inputs alive
+   * through the ConvT, so that its output never shares their slots (more activation memory:
+   * +15 % for the full-width 96 network) */
+  int (*fuses_concat_convt)(const fc_w2l *m);
 };
 
 /* What infer() moves: float NCHW tensors (in = faces, out = sigmoid output), RGB byte crops
