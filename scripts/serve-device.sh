@@ -42,6 +42,9 @@
 #          bench/cudnn_convt_probe.cu's transposed convolutions layer by layer (PROBE="" skips
 #          it); TIMING: each op's time (eager) at those batches for each AB value
 #          (timing_<value>.txt); under $OUT.
+#          `[WAYS="default W2L_CUDA_CONVT=1 ..."] [BATCHES=...] [ROUNDS=2] [TIMING=256] [TEST=""]
+#          bash build-serve-dev/serve-device.sh kernels`: the own kernels' forms side by side
+#          (full-width parity under each way, bench model in turns, per-op times; see the mode).
 #          `[BATCHES=1,16] [MODEL_BATCHES=1,16,...] bash build-serve-dev/serve-device.sh profile`:
 #          ncu's list of the kernels of one fp16 pass at each batch size and their durations
 #          (CSV under $OUT); MODEL_BATCHES: `bench model` fp16 at those sizes first, no profiler.
@@ -306,6 +309,54 @@ still)
     timeout 120 $X/facecast bench still --avatar $X/share/astronaut.png --preset $P \
       --seconds ${SECONDS_EACH:-12} --runs 3 $M --json | tee -a "$OUT/still.jsonl"
   done ;;
+kernels)
+  # facecast's own kernels' forms side by side on the full-width 96 network, in one call:
+  # the GPU tests (W2L_FULL_DIR; TEST="" skips them) under the first way, then test_cuda_full
+  # alone (FC_TEST_ONLY) under each other way: its own-vs-cuDNN parity at full width; then
+  # `bench model` fp16 at BATCHES for each way, the ways taking turns for ROUNDS rounds
+  # (default 2), and each op's time at TIMING (default 256) for each way; last, one line a way
+  # and batch: the best ms per batch of the rounds. WAYS as for search (default "default
+  # W2L_CUDA_CONVT=1 W2L_CUDA_CONVT=1+W2L_CUDA_CONVT_FORM=1 W2L_CUDA_TAIL_FORM=2"). Under
+  # $OUT: test_<way>.log, model.jsonl, timing_<way>.txt.
+  unpack || exit 1; env_up; OUT=${OUT:-/tmp}
+  date -u; nvidia-smi -L
+  [ -s /tmp/full/ckpt_zip.pth ] || timeout 200 python3 tools/gen_wav2lip_golden.py --width 1 --batch 16 --out /tmp/full >"$OUT/gen.log" 2>&1
+  WAYS=${WAYS:-default W2L_CUDA_CONVT=1 W2L_CUDA_CONVT=1+W2L_CUDA_CONVT_FORM=1 W2L_CUDA_TAIL_FORM=2}
+  first=1
+  for w in $WAYS; do
+    [ -z "${TEST-1}" ] && break
+    tag=$(echo "$w" | tr -c 'A-Za-z0-9\n' _)
+    only=test_cuda_full; [ $first = 1 ] && only=; first=0
+    (cd $X && env $(echo "$w" | tr + ' ' | sed 's/^default$//') W2L_FULL_DIR=/tmp/full FC_TEST_ONLY=$only \
+      timeout 200 ./test_wav2lip >"$OUT/test_$tag.log" 2>&1)
+    echo "$w: test_wav2lip ${only:-(all)} exit $?"; grep -E "^FAIL|check failed|form|kernel vs|own kernels" "$OUT/test_$tag.log"
+  done
+  for round in $(seq ${ROUNDS:-2}); do
+    for w in $WAYS; do
+      env $(echo "$w" | tr + ' ' | sed 's/^default$//') timeout 100 $X/facecast bench model \
+        --checkpoint /tmp/full/ckpt_zip.pth --device cuda --dtype fp16 \
+        --batches ${BATCHES:-1,16,128,256,512} --seconds 0.6 --json | sed "s|^{|{\"way\":\"$w\",|"
+    done
+  done >"$OUT/model.jsonl"
+  for w in $WAYS; do
+    tag=$(echo "$w" | tr -c 'A-Za-z0-9\n' _)
+    env $(echo "$w" | tr + ' ' | sed 's/^default$//') W2L_CUDA_TIMING=1 timeout 100 $X/facecast bench model \
+      --checkpoint /tmp/full/ckpt_zip.pth --device cuda --dtype fp16 --batches ${TIMING:-256} \
+      --seconds 0.2 >/dev/null 2>"$OUT/timing_$tag.txt"
+    echo "$w:"; grep -E "ours|total" "$OUT/timing_$tag.txt"
+  done
+  python3 - "$OUT/model.jsonl" <<'PY'
+import json, sys
+best = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if "batch" not in r: continue
+    k = (r["way"], r["batch"])
+    best[k] = min(best.get(k, 1e9), r["ms_per_batch"])
+for (w, b), ms in sorted(best.items(), key=lambda x: (x[0][1], x[0][0])):
+    print("%-48s batch %4d %8.4f ms %9.1f frames/s" % (w, b, ms, b * 1000.0 / ms))
+PY
+  ;;
 search)
   # cuDNN's algorithm search from an empty cache, each of WAYS (default "default
   # W2L_CUDA_SEARCH_UPTO=0"): a way is "default" or environment settings joined by '+', e.g.
