@@ -212,12 +212,14 @@ def stream_round(port, c, tmp):
     # The sound of a frame leaves as the output takes the frame, its picture after encoding: the
     # last audio index seen is where the encoder's input stands (a slow machine queues frames
     # before it), so the key frame asked for now is within a few frames of it: the encoder's
-    # own queue (8 pictures) at most, and a little more under a sanitizer.
+    # own queue (8 pictures), plus what the server sent while this client, starved of CPU on a
+    # loaded machine, had not yet read (18 frames once in a CI run of every suite on 2 cores):
+    # 1 s at most. Off the 2 s beat is what shows the request was honoured at all.
     at = audio[-1][0][3] if audio else 0
     ws.send_text('{"type":"keyframe"}')
     video2, _, _ = collect(ws, 3.0)
     keys2 = [h[3] for h, _ in video2 if h[1] & 1 and (h[3] - keys[0]) % 50]
-    check(bool(keys2) and keys2[0] - at <= 15, f"a key frame within a few frames of the request, off the 2 s beat "
+    check(bool(keys2) and keys2[0] - at <= 25, f"a key frame within a second of the request, off the 2 s beat "
           f"(at {keys2[:3]}, asked at frame {at}; periodic ones at {keys[0]} + 50 n)")
     ws.send_text('{"type":"dance"}')
     _, _, t3 = collect(ws, 0.5)
