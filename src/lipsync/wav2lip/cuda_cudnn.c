@@ -58,8 +58,8 @@
  * W2L_CUDA_TAIL=0 (or W2L_CUDA_OWN=0) keeps the concat kernel, cuDNN and w2l_cuda_head.
  * Likewise the concat at 48x48 and the transposed convolution to 96x96 that reads it
  * (w2l_convt.cu: its four sub-pixel phases, no zeros multiplied, the 160-channel concat never
- * written), opt-in with W2L_CUDA_CONVT=1 until measured on a GPU; otherwise the concat kernel
- * and cuDNN's backward-data call.
+ * written), opt-in with W2L_CUDA_CONVT=1 until its parity is shown on a GPU; otherwise the
+ * concat kernel and cuDNN's backward-data call.
  *
  * Diagnostics (environment, read at load): W2L_CUDA_NOFUSE=1, W2L_CUDA_FIXED_ALGO=1,
  * W2L_CUDA_FIND=plain (see above), W2L_CUDA_SEARCH_UPTO=N (wav2lip.h), W2L_CUDA_RETIME=0 (no
@@ -327,18 +327,19 @@ static int setup_own_tail(cstate *s, const fc_w2l *m, float *host, float *tmp, s
   return err;
 }
 
-/* Whether a concat and the ConvT reading it run as w2l_cuda_convt: fp16, asked for
- * (W2L_CUDA_CONVT=1: opt-in until it is measured against cuDNN on a GPU; not with
- * W2L_CUDA_OWN=0), a
- * concatenation read only by a ConvTranspose2d (3x3, stride 2, padding 1, output padding 1, no
- * residual) whose channels the kernel is instantiated for: the last such pair (the largest
- * picture, where cuDNN is weakest; in the 96 network the only one). Its weights:
- * [32 * groups][9][cs], zeros past the layer's channels. */
+/* w2l_backend.fuses_concat_convt: whether w2l_cuda_convt may run, i.e. fp16 and asked for
+ * (W2L_CUDA_CONVT=1: opt-in until its parity with the slot plan's fix is shown on a GPU; never
+ * with W2L_CUDA_OWN=0). Read at the plan and again at set-up, the same switches both times. */
 static int cuda_fuses_concat_convt(const fc_w2l *m) {
   const char *ev = getenv("W2L_CUDA_OWN"), *et = getenv("W2L_CUDA_CONVT");
   return !(ev && !strcmp(ev, "0")) && et && !strcmp(et, "1") && m->dtype == W2L_DT_F16;
 }
 
+/* Whether a concat and the ConvT reading it run as w2l_cuda_convt: cuda_fuses_concat_convt, a
+ * concatenation read only by a ConvTranspose2d (3x3, stride 2, padding 1, output padding 1, no
+ * residual) whose channels the kernel is instantiated for: the last such pair (the largest
+ * picture, where cuDNN is weakest; in the 96 network the only one). Its weights:
+ * [32 * groups][9][cs], zeros past the layer's channels. */
 static int setup_own_convt(cstate *s, const fc_w2l *m, float *host, float *tmp, size_t cap) {
   if (!cuda_fuses_concat_convt(m)) return FC_OK;
   for (int t = m->nops - 2; t >= 0; t--) {
@@ -674,9 +675,13 @@ static void print_timing(cstate *s, const fc_w2l *m, int batch) {
     cudaEventElapsedTime(&ms, s->ev[i], s->ev[i + 1]);
     total += ms;
     double gflop = 0;
-    if (o->kind == W2L_OP_CONV) {
-      const w2l_layer *l = &m->layers[o->layer];
-      const w2l_tensor *sp = l->kind == W2L_CONVT ? &m->tensors[o->in] : t;
+    /* our ConvT kernel's time stands at the concat's op: the ConvT's work counts there, none
+     * at the ConvT's own (empty) op */
+    const int fused = s->own_convt && (i == s->convt_op || i == s->convt_op + 1);
+    const w2l_op *oc = fused ? &m->ops[s->convt_op + 1] : o;
+    if (oc->kind == W2L_OP_CONV && !(fused && i != s->convt_op)) {
+      const w2l_layer *l = &m->layers[oc->layer];
+      const w2l_tensor *sp = l->kind == W2L_CONVT ? &m->tensors[oc->in] : &m->tensors[oc->out];
       gflop = 2.0 * batch * sp->h * sp->w * l->cin * l->cout * l->kh * l->kw / 1e9;
     }
     const char *name = s->own_tail && i == s->tail_op     ? "concat+out conv+head (ours)"

@@ -23,8 +23,10 @@
  * + off: the face-feature cache; b and arena NULL with cb 0: no concat); w fp16
  * [32 * groups][9][CS] (output channel, tap ky * 3 + kx, input channel: PyTorch's [ci][co][ky][kx]
  * re-laid, zeros past the layer's channels); bias fp32 [co]; y NHWC [n][2h][2w][co]. The cuDNN
- * path is the default and the reference; W2L_CUDA_CONVT=1 asks for this kernel (opt-in until it
- * has been measured on a GPU) and test_wav2lip compares the two there. W2L_CUDA_CONVT_FORM=1
+ * path is the default and the reference; W2L_CUDA_CONVT=1 asks for this kernel (opt-in until
+ * its parity with the slot plan's fix is shown on a GPU: model.c keeps the concat's inputs
+ * alive through the ConvT, since this kernel writes y while it reads them) and test_wav2lip
+ * compares the two there. W2L_CUDA_CONVT_FORM=1
  * runs the pipelined form below (chunked::k_convt: 16 channels a stage, two blocks an SM). */
 #include "lipsync/wav2lip/w2l_composite.h"
 #include "lipsync/wav2lip/w2l_cuda.h"

@@ -116,7 +116,7 @@ struct w2l_backend {
    * concat and the transposed convolution that alone reads it as one kernel, which writes the
    * ConvT's output while it reads the concat's inputs; the plan then keeps those inputs alive
    * through the ConvT, so that its output never shares their slots (more activation memory:
-   * +15 % for the full-width 96 network) */
+   * the ConvT's output, the 96 network's largest tensor, can no longer reuse an input's slot) */
   int (*fuses_concat_convt)(const fc_w2l *m);
 };
 
